@@ -1,0 +1,41 @@
+# Tollgate: run `make help` for the targets.
+
+GO      ?= go
+MODULES := pkg/limiter services/limiter tools/atk tools/loadgen
+TOOLS   := tools/atk tools/loadgen
+BIN     := $(CURDIR)/bin
+TESTFLAGS ?= -race -shuffle=on -count=1
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/limiter, bin/atk and bin/loadgen
+	@mkdir -p $(BIN)
+	cd services/limiter && $(GO) build -o $(BIN)/limiter .
+	cd tools/atk && GOWORK=off $(GO) build -o $(BIN)/atk .
+	cd tools/loadgen && GOWORK=off $(GO) build -o $(BIN)/loadgen .
+
+.PHONY: run
+run: build ## serve on 127.0.0.1:8080 with the embedded SQLite store (./data/limiter.db)
+	$(BIN)/limiter
+
+.PHONY: test
+test: build ## run every module's tests with the race detector
+	@set -e; for m in $(MODULES); do \
+		echo "== $$m"; \
+		(cd $$m && LIMITER_BIN=$(BIN)/limiter $(GO) test $(TESTFLAGS) ./...); \
+	done
+
+.PHONY: lint
+lint: ## gofmt and go vet on every module
+	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(TOOLS); do (cd $$m && GOWORK=off $(GO) vet ./...); done
+
+.PHONY: clean
+clean: ## remove built binaries
+	rm -rf $(BIN)

@@ -1,0 +1,5 @@
+module github.com/tollgate/tollgate/tools/atk
+
+go 1.26.0
+
+require github.com/stretchr/testify v1.12.1 // indirect
