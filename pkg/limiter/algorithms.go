@@ -197,13 +197,13 @@ func slidingWindowRetry(p Policy, prev, cur, want int64, elapsed uint64) time.Du
 		return time.Duration(w - q - elapsed)
 	}
 	// In the next window cur becomes prev and the new cur is 0.
+	// It fits at elapsed e2 of that window when cur×(w−e2) <= (limit−want)×w;
+	// when limit−want >= cur that already holds at e2 = 0.
 	wait := w - elapsed
-	if cur > 0 {
-		x := mul128(uint64(p.Limit-want), w)
-		q, _ := bits.Div64(x.hi, x.lo, uint64(cur))
-		if q < w {
-			wait += w - q
-		}
+	if room := p.Limit - want; room < cur {
+		x := mul128(uint64(room), w)
+		q, _ := bits.Div64(x.hi, x.lo, uint64(cur)) // q < w because room < cur
+		wait += w - q
 	}
 	return time.Duration(wait)
 }
