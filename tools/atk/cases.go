@@ -1,0 +1,582 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"unicode"
+
+	"github.com/stretchr/testify/assert"
+)
+
+// maxExhaust bounds how many requests a case sends to exhaust a budget; a
+// target whose limit is larger fails the case instead of being flooded.
+const maxExhaust = 200
+
+// floodSize is how many bad requests ATK-29 sends at once.
+const floodSize = 200
+
+// Cases is the attack table: ATK-01..ATK-12 are the sliding-window seed's
+// cases with DESIGN.md's status codes, the rest what hostile clients send.
+// Adding a case is adding a row.
+var Cases = []Case{
+	{
+		ID: "ATK-01", Name: "missing X-User-Id",
+		Desc: "POST /rate/check and GET /rate/status without X-User-Id -> 400 problem",
+		Steps: func(e *Env) []Step {
+			return []Step{
+				{Req: check("", "e"), Want: 400},
+				{Req: status("", "e"), Want: 400},
+			}
+		},
+	},
+	{
+		ID: "ATK-02", Name: "empty endpoint",
+		Desc: `POST /rate/check {"endpoint": ""} -> 422 problem, nothing recorded`,
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			return []Step{
+				{Req: check(uid, ""), Want: 422},
+				countIs(uid, "e", 0),
+			}
+		},
+	},
+	{
+		ID: "ATK-03", Name: "129-character endpoint",
+		Desc: "POST /rate/check with a 129-character endpoint -> 422 problem, nothing recorded",
+		Steps: func(e *Env) []Step {
+			uid, long := e.UserID(), strings.Repeat("a", 129)
+			return []Step{
+				{Req: check(uid, long), Want: 422},
+				countIs(uid, long[:128], 0),
+			}
+		},
+	},
+	{
+		ID: "ATK-04", Name: "SQL injection in endpoint",
+		Desc: "POST /rate/check with endpoint `'; DROP TABLE rate_events; --` -> 200, stored as data: /rate/status for it shows 1, normal checks still work",
+		Steps: func(e *Env) []Step {
+			uid, inj, ep := e.UserID(), "'; DROP TABLE rate_events; --", e.Token("e-")
+			return []Step{
+				okCheck(uid, inj, 1),
+				countIs(uid, inj, 1),
+				okCheck(uid, ep, 1),
+				countIs(uid, ep, 1),
+			}
+		},
+	},
+	{
+		ID: "ATK-05", Name: "non-admin reset",
+		Desc: "DELETE /rate/reset/{own id} without X-Admin-Key -> 403 problem, the user's count unchanged",
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			return refusedReset(e, uid, http.Header{}, hdr("X-User-Id", uid))
+		},
+	},
+	{
+		ID: "ATK-06", Name: "wrong admin key",
+		Desc: "DELETE /rate/reset/{id} and /rate/reset/abc with a wrong X-Admin-Key -> 403 problem (key before path), count unchanged",
+		Steps: func(e *Env) []Step {
+			uid, wrong := e.UserID(), e.Token("wrong-")
+			steps := refusedReset(e, uid, hdr("X-Admin-Key", wrong))
+			return append(steps, Step{Req: Request{Method: http.MethodDelete, Path: "/rate/reset/abc", Header: hdr("X-Admin-Key", wrong)}, Want: 403})
+		},
+	},
+	{
+		ID: "ATK-07", Name: "negative userId in path",
+		Desc:  "DELETE /rate/reset/-1 with the admin key -> 404 problem (403 when the run has no key)",
+		Steps: func(e *Env) []Step { return []Step{{Req: reset("-1", e.AdminKey()), Want: e.AdminWant(404)}} },
+	},
+	{
+		ID: "ATK-08", Name: "zero userId in path",
+		Desc:  "DELETE /rate/reset/0 with the admin key -> 404 problem (403 when the run has no key)",
+		Steps: func(e *Env) []Step { return []Step{{Req: reset("0", e.AdminKey()), Want: e.AdminWant(404)}} },
+	},
+	{
+		ID: "ATK-09", Name: "non-numeric userId in path",
+		Desc:  "DELETE /rate/reset/abc with the admin key -> 404 problem (403 when the run has no key)",
+		Steps: func(e *Env) []Step { return []Step{{Req: reset("abc", e.AdminKey()), Want: e.AdminWant(404)}} },
+	},
+	{
+		ID: "ATK-10", Name: "status without endpoint",
+		Desc: "GET /rate/status without ?endpoint= and with it empty -> 422 problem",
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			return []Step{
+				{Req: statusQuery(uid, ""), Want: 422},
+				{Req: statusQuery(uid, "?endpoint="), Want: 422},
+			}
+		},
+	},
+	{
+		ID: "ATK-11", Name: "check without body",
+		Desc: "POST /rate/check with no body -> 400 problem",
+		Steps: func(e *Env) []Step {
+			return []Step{{Req: checkBody(e.UserID(), nil), Want: 400}}
+		},
+	},
+	{
+		ID: "ATK-12", Name: "body without endpoint key",
+		Desc: `POST /rate/check with {} and {"endpont": "e"} -> 422 problem`,
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			return []Step{
+				{Req: checkBody(uid, []byte(`{}`)), Want: 422},
+				{Req: checkBody(uid, []byte(`{"endpont":"e"}`)), Want: 422},
+			}
+		},
+	},
+	{
+		ID: "ATK-13", Name: "overflowing X-User-Id",
+		Desc:  "X-User-Id 99999999999999999999, 9223372036854775808, 18446744073709551616 on check and status -> 400 problem",
+		Steps: badUserIDs("99999999999999999999", "9223372036854775808", "18446744073709551616"),
+	},
+	{
+		ID: "ATK-14", Name: "signed X-User-Id",
+		Desc:  "X-User-Id +5, -5, -0 on check and status -> 400 problem",
+		Steps: badUserIDs("+5", "-5", "-0"),
+	},
+	{
+		ID: "ATK-15", Name: "space, hex and decimal X-User-Id",
+		Desc:  "X-User-Id '1 2', 0x1F, 1_000, 1e3, 1.0 on check and status -> 400 problem",
+		Steps: badUserIDs("1 2", "0x1F", "1_000", "1e3", "1.0"),
+	},
+	{
+		ID: "ATK-16", Name: "unicode-digit X-User-Id",
+		Desc:  "X-User-Id in Arabic-Indic, fullwidth and mathematical digits on check and status -> 400 problem",
+		Steps: badUserIDs("١٢٣", "１２３", "𝟏𝟐𝟑"),
+	},
+	{
+		ID: "ATK-17", Name: "zero X-User-Id",
+		Desc:  "X-User-Id 0, 00, 0000000000 on check and status -> 400 problem",
+		Steps: badUserIDs("0", "00", "0000000000"),
+	},
+	{
+		ID: "ATK-18", Name: "forged X-Forwarded-For on /ping",
+		Desc: "GET /ping without X-Client-Key, a new forged X-Forwarded-For/Forwarded each time: one budget for the peer, then 429 with Retry-After",
+		Then: forgedPing("X-Forwarded-For", "Forwarded"),
+	},
+	{
+		ID: "ATK-19", Name: "forged X-Real-IP on /ping",
+		Desc: "GET /ping without X-Client-Key, a new forged X-Real-IP/True-Client-IP each time: one budget for the peer, then 429 with Retry-After",
+		Then: forgedPing("X-Real-IP", "True-Client-IP"),
+	},
+	{
+		ID: "ATK-20", Name: "body over 64 KiB",
+		Desc: "POST /rate/check and /v1/check with a 65 KiB JSON body -> 413 problem, nothing recorded",
+		Steps: func(e *Env) []Step {
+			uid, pad := e.UserID(), strings.Repeat("x", 65<<10)
+			return []Step{
+				{Req: checkBody(uid, fmt.Appendf(nil, `{"endpoint":"e","pad":"%s"}`, pad)), Want: 413},
+				{Req: Request{Method: http.MethodPost, Path: "/v1/check", Header: hdr("Content-Type", "application/json"),
+					Body: fmt.Appendf(nil, `{"policy":"check","key":"k","cost":1,"pad":"%s"}`, pad)}, Want: 413},
+				countIs(uid, "e", 0),
+			}
+		},
+	},
+	{
+		ID: "ATK-21", Name: "malformed JSON",
+		Desc: "POST /rate/check with truncated JSON, trailing garbage, two objects, plain text -> 400 problem, nothing recorded",
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			var steps []Step
+			for _, b := range []string{`{"endpoint":`, `{"endpoint":"e"} x`, `{"endpoint":"e"}{"endpoint":"e"}`, `endpoint=e`} {
+				steps = append(steps, Step{Req: checkBody(uid, []byte(b)), Want: 400})
+			}
+			return append(steps, countIs(uid, "e", 0))
+		},
+	},
+	{
+		ID: "ATK-22", Name: "wrong JSON type for endpoint",
+		Desc: "POST /rate/check with endpoint 5, true, [\"e\"], {\"e\":1}, null -> 422 problem",
+		Steps: func(e *Env) []Step {
+			uid := e.UserID()
+			var steps []Step
+			for _, v := range []string{`5`, `true`, `["e"]`, `{"e":1}`, `null`} {
+				steps = append(steps, Step{Req: checkBody(uid, []byte(`{"endpoint":`+v+`}`)), Want: 422})
+			}
+			return steps
+		},
+	},
+	{
+		ID: "ATK-23", Name: "wrong methods",
+		Desc: "GET /rate/check, POST /rate/reset/1, PUT /v1/check -> 405 problem with an Allow header naming the right method",
+		Steps: func(e *Env) []Step {
+			allow := func(method string) func(e *Env, r *Response) {
+				return func(e *Env, r *Response) {
+					var methods []string
+					for _, v := range r.Header.Values("Allow") {
+						for m := range strings.SplitSeq(v, ",") {
+							methods = append(methods, strings.TrimSpace(m))
+						}
+					}
+					assert.Contains(e.T, methods, method, "405: Allow header")
+				}
+			}
+			return []Step{
+				{Req: Request{Method: http.MethodGet, Path: "/rate/check", Header: hdr("X-User-Id", e.UserID())}, Want: 405, Check: allow(http.MethodPost)},
+				{Req: Request{Method: http.MethodPost, Path: "/rate/reset/1", Header: hdr("X-Admin-Key", e.AdminKey())}, Want: 405, Check: allow(http.MethodDelete)},
+				{Req: Request{Method: http.MethodPut, Path: "/v1/check", Body: []byte(`{"policy":"check","key":"k","cost":1}`)}, Want: 405, Check: allow(http.MethodPost)},
+			}
+		},
+	},
+	{
+		ID: "ATK-24", Name: "near-miss admin keys",
+		Desc:  "DELETE /rate/reset/{id} with the key one character changed, cut short, extended, ' x' appended, case swapped, empty -> 403 problem, count unchanged",
+		Needs: NeedAdminKey,
+		Steps: func(e *Env) []Step {
+			var hs []http.Header
+			for _, k := range nearMisses(e.AdminKey()) {
+				hs = append(hs, http.Header{"X-Admin-Key": {k}})
+			}
+			return refusedReset(e, e.UserID(), hs...)
+		},
+	},
+	{
+		ID: "ATK-25", Name: "injection via X-Client-Key and /status?key",
+		Desc: "GET /ping with X-Client-Key `c-…'); DROP TABLE rate_limit_windows; --` -> 200 keyed by it; /status?key= it -> 1, /status?key=' OR '1'='1 -> 0",
+		Steps: func(e *Env) []Step {
+			ck := e.Token("c-") + "'); DROP TABLE rate_limit_windows; --"
+			return []Step{
+				{Req: Request{Method: http.MethodGet, Path: "/ping", Header: hdr("X-Client-Key", ck)}, Want: 200, Check: func(e *Env, r *Response) {
+					e.Member(r, "key", ck, "/ping")
+					assert.Equal(e.T, int64(1), e.Number(r, "count", "/ping"), "/ping with a fresh X-Client-Key: count")
+				}},
+				keyCountIs(ck, 1),
+				keyCountIs("' OR '1'='1", 0),
+			}
+		},
+	},
+	{
+		ID: "ATK-26", Name: "injection via /v1/check key",
+		Desc: "POST /v1/check twice with key `k-…' OR '1'='1`, once with another such key -> 200, allowed; one counter per exact key (remaining falls by one, the other key starts afresh)",
+		Then: func(e *Env) {
+			k1, k2 := e.Token("k-")+"' OR '1'='1", e.Token("k-")+"' OR '1'='1"
+			var remaining []int64
+			for _, key := range []string{k1, k1, k2} {
+				r := e.Run(Step{Req: v1(key, "check", 1), Want: 200})
+				if r.Status != http.StatusOK {
+					return
+				}
+				e.Member(r, "allowed", "true", "POST /v1/check")
+				remaining = append(remaining, e.Number(r, "remaining", "POST /v1/check"))
+			}
+			assert.Equal(e.T, remaining[0]-1, remaining[1], "/v1/check with the same injected key twice: remaining falls by one")
+			assert.Equal(e.T, remaining[0], remaining[2], "/v1/check with another injected key: a fresh counter")
+		},
+	},
+	{
+		ID: "ATK-27", Name: "injection via path id and /rate/status endpoint",
+		Desc: "DELETE /rate/reset/1 OR 1=1 (and ;DROP, ' OR) -> 404 (403 without key); /rate/status?endpoint=' OR '1'='1 -> 0 for a user with one event",
+		Steps: func(e *Env) []Step {
+			uid, ep := e.UserID(), e.Token("e-")
+			steps := []Step{okCheck(uid, ep, 1)}
+			for _, id := range []string{"1 OR 1=1", "1;DROP TABLE rate_events", "1' OR '1'='1"} {
+				steps = append(steps, Step{Req: reset(url.PathEscape(id), e.AdminKey()), Want: e.AdminWant(404)})
+			}
+			return append(steps, countIs(uid, "' OR '1'='1", 0), countIs(uid, ep+"' --", 0), countIs(uid, ep, 1))
+		},
+	},
+	{
+		ID: "ATK-28", Name: "header over 1 MiB",
+		Desc: "GET /healthz with a 1 MiB + 64 KiB header (past net/http's 1 MiB default) -> 431 or the connection closed; /healthz still 200 afterwards",
+		Steps: func(e *Env) []Step {
+			return []Step{
+				{Req: Request{Method: http.MethodGet, Path: "/healthz", Header: hdr("X-Atk-Pad", strings.Repeat("a", 1<<20+64<<10))},
+					Want: http.StatusRequestHeaderFieldsTooLarge, ConnErrOK: true, RawError: true},
+				{Req: Request{Method: http.MethodGet, Path: "/healthz"}, Want: 200},
+			}
+		},
+	},
+	{
+		ID: "ATK-29", Name: "flood of bad requests",
+		Desc: "200 concurrent malformed POST /rate/check for one user -> all 400; then /healthz 200 and that user's first good check 200 with count 1",
+		Steps: func(e *Env) []Step {
+			uid, ep := e.UserID(), e.Token("e-")
+			return []Step{
+				{Req: checkBody(uid, []byte(`{"endpoint":`)), Want: 400, Times: floodSize},
+				{Req: Request{Method: http.MethodGet, Path: "/healthz"}, Want: 200},
+				okCheck(uid, ep, 1),
+			}
+		},
+	},
+	{
+		ID: "ATK-30", Name: "unknown policy",
+		Desc: "POST /v1/check with a policy that does not exist -> 404 problem",
+		Steps: func(e *Env) []Step {
+			return []Step{{Req: v1(e.Token("k-"), e.Token("no-such-policy-"), 1), Want: 404}}
+		},
+	},
+	{
+		ID: "ATK-31", Name: "bad cost",
+		Desc: "POST /v1/check with cost 0, -1 and limit+1 -> 422 problem",
+		Then: func(e *Env) {
+			key := e.Token("k-")
+			r := e.Run(Step{Req: v1(key, "check", 1), Want: 200})
+			if r.Status != 200 {
+				return
+			}
+			limit := e.Number(r, "limit", "/v1/check")
+			for _, cost := range []int64{0, -1, limit + 1} {
+				e.Run(Step{Req: v1(key, "check", cost), Want: 422})
+			}
+		},
+	},
+	{
+		ID: "ATK-32", Name: "fail-closed admin",
+		Desc:  "against --closed-target (no admin key configured): DELETE /rate/reset/1 with no key, a random key, an empty X-Admin-Key, and /rate/reset/abc -> 403 problem",
+		Needs: NeedClosedTarget,
+		Steps: func(e *Env) []Step {
+			var steps []Step
+			for _, h := range []http.Header{{}, hdr("X-Admin-Key", e.Token("guess-")), {"X-Admin-Key": {""}}} {
+				for _, path := range []string{"/rate/reset/1", "/rate/reset/1?endpoint=e", "/rate/reset/abc"} {
+					steps = append(steps, Step{Req: Request{Method: http.MethodDelete, Path: path, Header: h, Closed: true}, Want: 403})
+				}
+			}
+			return steps
+		},
+	},
+	{
+		ID: "ATK-33", Name: "429 answer and RateLimit headers",
+		Desc: "POST /rate/check until refused: counts 1..limit with RateLimit/RateLimit-Policy; then 429 problem rate-limit-exceeded with Retry-After and both headers; refusals not recorded",
+		Then: func(e *Env) {
+			uid, ep := e.UserID(), e.Token("e-")
+			for i := int64(1); i <= maxExhaust+1; i++ {
+				r := e.Do(check(uid, ep))
+				if r.Status == http.StatusTooManyRequests {
+					limit := i - 1
+					if !assert.Positive(e.T, limit, "POST /rate/check: the first check of a fresh user and endpoint was refused (ids reused from an earlier run with this --seed?)") {
+						return
+					}
+					assertDenied(e, r, "POST /rate/check over the limit")
+					assertRateLimitHeaders(e, r, "429 of POST /rate/check")
+					e.Run(Step{Req: check(uid, ep), Want: 429})
+					e.Run(countIs(uid, ep, limit))
+					return
+				}
+				if !assert.Equal(e.T, 200, r.Status, "POST /rate/check #%d: status (body %s)", i, shorten(string(r.Body), 120)) {
+					return
+				}
+				assertRateLimitHeaders(e, r, "200 of POST /rate/check")
+				what := fmt.Sprintf("POST /rate/check #%d", i)
+				assert.Equal(e.T, i, e.Number(r, "count", what), "%s: count", what)
+				assert.Equal(e.T, e.Number(r, "limit", what)-i, e.Number(r, "remaining", what), "%s: remaining", what)
+			}
+			assert.Fail(e.T, fmt.Sprintf("POST /rate/check: no 429 after %d checks of one user and endpoint", maxExhaust+1))
+		},
+	},
+	{
+		ID: "ATK-34", Name: "reset is scoped",
+		Desc:  "DELETE /rate/reset/{A}?endpoint=e1 with the key -> 200 deleted 1, only A's e1 cleared; then /rate/reset/{A} clears A only; user B untouched",
+		Needs: NeedAdminKey,
+		Steps: func(e *Env) []Step {
+			a, b, e1, e2, key := e.UserID(), e.UserID(), e.Token("e1-"), e.Token("e2-"), e.AdminKey()
+			deleted := func(user, endpoint string, n int64) func(e *Env, r *Response) {
+				return func(e *Env, r *Response) {
+					e.Member(r, "user_id", user, "reset")
+					e.Member(r, "endpoint", endpoint, "reset")
+					assert.Equal(e.T, n, e.Number(r, "deleted", "reset"), "reset of %s endpoint %s: deleted", user, endpoint)
+				}
+			}
+			return []Step{
+				okCheck(a, e1, 1), okCheck(a, e2, 1), okCheck(b, e1, 1),
+				{Req: reset(a+"?endpoint="+url.QueryEscape(e1), key), Want: 200, Check: deleted(a, e1, 1)},
+				countIs(a, e1, 0), countIs(a, e2, 1), countIs(b, e1, 1),
+				{Req: reset(a, key), Want: 200, Check: deleted(a, "null", 1)},
+				countIs(a, e2, 0), countIs(b, e1, 1),
+			}
+		},
+	},
+	{
+		ID: "ATK-35", Name: "128-character endpoint accepted",
+		Desc: "POST /rate/check with a 128-character endpoint (the longest allowed) -> 200 count 1; /rate/status for it -> 1",
+		Steps: func(e *Env) []Step {
+			uid, ep := e.UserID(), strings.Repeat("b", 128)
+			return []Step{okCheck(uid, ep, 1), countIs(uid, ep, 1)}
+		},
+	},
+}
+
+// hdr builds a header from name, value pairs; an empty value leaves the
+// name out.
+func hdr(kv ...string) http.Header {
+	h := http.Header{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] != "" {
+			h.Set(kv[i], kv[i+1])
+		}
+	}
+	return h
+}
+
+// checkBody is POST /rate/check as user uid ("" sends no X-User-Id).
+func checkBody(uid string, body []byte) Request {
+	return Request{Method: http.MethodPost, Path: "/rate/check", Header: hdr("X-User-Id", uid, "Content-Type", "application/json"), Body: body}
+}
+
+func check(uid, endpoint string) Request {
+	b, _ := json.Marshal(map[string]string{"endpoint": endpoint}) // a map of strings always marshals
+	return checkBody(uid, b)
+}
+
+func statusQuery(uid, query string) Request {
+	return Request{Method: http.MethodGet, Path: "/rate/status" + query, Header: hdr("X-User-Id", uid)}
+}
+
+func status(uid, endpoint string) Request {
+	return statusQuery(uid, "?endpoint="+url.QueryEscape(endpoint))
+}
+
+// reset is DELETE /rate/reset/{path}; key "" sends no X-Admin-Key.
+func reset(path, key string) Request {
+	return Request{Method: http.MethodDelete, Path: "/rate/reset/" + path, Header: hdr("X-Admin-Key", key)}
+}
+
+func v1(key, policy string, cost int64) Request {
+	b, _ := json.Marshal(map[string]any{"policy": policy, "key": key, "cost": cost}) // strings and an int always marshal
+	return Request{Method: http.MethodPost, Path: "/v1/check", Header: hdr("Content-Type", "application/json"), Body: b}
+}
+
+// okCheck is an allowed check whose answer names the user and endpoint
+// and counts n.
+func okCheck(uid, endpoint string, n int64) Step {
+	return Step{Req: check(uid, endpoint), Want: 200, Check: func(e *Env, r *Response) {
+		e.Member(r, "result", "ok", "POST /rate/check")
+		e.Member(r, "user_id", uid, "POST /rate/check")
+		e.Member(r, "endpoint", endpoint, "POST /rate/check")
+		assert.Equal(e.T, n, e.Number(r, "count", "POST /rate/check"), "POST /rate/check %q: count", shorten(endpoint, 40))
+	}}
+}
+
+// countIs reads /rate/status for (uid, endpoint) and expects count n.
+func countIs(uid, endpoint string, n int64) Step {
+	return Step{Req: status(uid, endpoint), Want: 200, Check: func(e *Env, r *Response) {
+		e.Member(r, "endpoint", endpoint, "GET /rate/status")
+		assert.Equal(e.T, n, e.Number(r, "count", "GET /rate/status"), "GET /rate/status %q: count", shorten(endpoint, 40))
+	}}
+}
+
+// keyCountIs reads /status?key= and expects count n.
+func keyCountIs(key string, n int64) Step {
+	return Step{Req: Request{Method: http.MethodGet, Path: "/status?key=" + url.QueryEscape(key)}, Want: 200, Check: func(e *Env, r *Response) {
+		e.Member(r, "key", key, "GET /status")
+		assert.Equal(e.T, n, e.Number(r, "count", "GET /status"), "GET /status?key=%q: count", key)
+	}}
+}
+
+// badUserIDs sends each id as X-User-Id to /rate/check and /rate/status.
+func badUserIDs(ids ...string) func(e *Env) []Step {
+	return func(e *Env) []Step {
+		var steps []Step
+		for _, id := range ids {
+			steps = append(steps, Step{Req: check(id, "e"), Want: 400}, Step{Req: status(id, "e"), Want: 400})
+		}
+		return steps
+	}
+}
+
+// refusedReset records one event for uid, sends DELETE /rate/reset/{uid}
+// with each header set, each of which must be refused with 403, and checks
+// that the event is still counted.
+func refusedReset(e *Env, uid string, headers ...http.Header) []Step {
+	ep := e.Token("e-")
+	steps := []Step{okCheck(uid, ep, 1)}
+	for _, h := range headers {
+		steps = append(steps,
+			Step{Req: Request{Method: http.MethodDelete, Path: "/rate/reset/" + uid, Header: h}, Want: 403},
+			Step{Req: Request{Method: http.MethodDelete, Path: "/rate/reset/" + uid + "?endpoint=" + url.QueryEscape(ep), Header: h}, Want: 403})
+	}
+	return append(steps, countIs(uid, ep, 1))
+}
+
+// nearMisses returns keys that differ from key a little: the last
+// character changed, the last one dropped, one appended, " x" appended,
+// the case swapped (when that changes it) and the empty key. A trailing
+// space alone is not among them: HTTP strips it from header values
+// (RFC 9110 section 5.5), so the service never sees it.
+func nearMisses(key string) []string {
+	last := key[len(key)-1]
+	changed := byte('a')
+	if last == 'a' {
+		changed = 'b'
+	}
+	out := []string{key[:len(key)-1] + string(changed), key[:len(key)-1], key + "0", key + " x", ""}
+	if swapped := strings.Map(swapCase, key); swapped != key {
+		out = append(out, swapped)
+	}
+	return out
+}
+
+func swapCase(r rune) rune {
+	if unicode.IsUpper(r) {
+		return unicode.ToLower(r)
+	}
+	return unicode.ToUpper(r)
+}
+
+// forgedPing exhausts /ping's budget for the runner's own address while
+// every request carries a new forged address in the named headers: the 200
+// answers must count down one budget, then 429 must come and stay.
+func forgedPing(headers ...string) func(e *Env) {
+	return func(e *Env) {
+		lastRemaining, denied := int64(-1), 0
+		for i := 0; i < maxExhaust+2 && denied < 2; i++ {
+			ip, h := e.ForgedIP(), http.Header{}
+			for _, name := range headers {
+				v := ip
+				if name == "Forwarded" {
+					v = "for=" + ip
+				}
+				h.Set(name, v)
+			}
+			what := fmt.Sprintf("GET /ping #%d with forged %s %s", i+1, strings.Join(headers, "/"), ip)
+			r := e.Do(Request{Method: http.MethodGet, Path: "/ping", Header: h})
+			switch r.Status {
+			case http.StatusOK:
+				if !assert.Zero(e.T, denied, "%s: 200 after a 429, the forged address got a fresh budget", what) {
+					return
+				}
+				assert.NotContains(e.T, Text(e.Object(r, what)["key"]), ip, "%s: counter key", what)
+				remaining := e.Number(r, "remaining", what)
+				if lastRemaining >= 0 && !assert.Equal(e.T, lastRemaining-1, remaining, "%s: remaining falls by one (one budget for the peer)", what) {
+					return
+				}
+				lastRemaining = remaining
+			case http.StatusTooManyRequests:
+				assertDenied(e, r, what)
+				denied++
+			default:
+				assert.Fail(e.T, fmt.Sprintf("%s: status 200 or 429, got %d (body %s, error %v)", what, r.Status, shorten(string(r.Body), 120), r.Err))
+				return
+			}
+		}
+		assert.Equal(e.T, 2, denied, "GET /ping with forged %s: refusals among %d requests", strings.Join(headers, "/"), maxExhaust+2)
+	}
+}
+
+// assertDenied checks a 429: a problem whose type ends in
+// rate-limit-exceeded, title Too Many Requests, and Retry-After in whole
+// seconds, at least 1.
+func assertDenied(e *Env, r *Response, what string) {
+	if !assert.Equal(e.T, http.StatusTooManyRequests, r.Status, "%s: status", what) {
+		return
+	}
+	if AssertProblem(e.T, r, what) {
+		p := e.Object(r, what)
+		assert.True(e.T, strings.HasSuffix(Text(p["type"]), "rate-limit-exceeded"), "%s: problem type %q ends in rate-limit-exceeded", what, Text(p["type"]))
+		assert.Equal(e.T, "Too Many Requests", Text(p["title"]), "%s: problem title", what)
+	}
+	ra := r.Header.Get("Retry-After")
+	secs, err := strconv.ParseUint(ra, 10, 31)
+	assert.NoError(e.T, err, "%s: Retry-After %q in whole seconds", what, ra)
+	assert.GreaterOrEqual(e.T, secs, uint64(1), "%s: Retry-After", what)
+}
+
+func assertRateLimitHeaders(e *Env, r *Response, what string) {
+	for _, name := range []string{"RateLimit", "RateLimit-Policy"} {
+		assert.NotEmpty(e.T, r.Header.Get(name), "%s: %s header", what, name)
+	}
+}
