@@ -1,0 +1,139 @@
+// Package limitertest is the conformance suite that every limiter.Store runs,
+// and a fake clock for tests.
+//
+// A store's test calls [Run] with a constructor:
+//
+//	func TestConformance(t *testing.T) {
+//		limitertest.Run(t, func(t testing.TB) limiter.Store { return memstore.New() })
+//	}
+//
+// The suite scripts time as data (it never sleeps), compares the store with
+// simple reference models on random schedules (the seed is logged, and read
+// from LIMITERTEST_SEED when set), checks the algorithms' invariants, counts
+// concurrent admissions exactly, and checks keys, resets, pruning and bad
+// input.
+//
+// # What the suite assumes about time
+//
+// Time moves mostly forward. It may jump backwards, but never by more than
+// one window from the latest time the suite has used for the store: a store
+// must keep enough state for that (the current and previous fixed windows,
+// the previous window's count for the weighted sliding window, one window of
+// events before the oldest one that still counts for the sliding log). What
+// a store decides after a longer backward jump is its own business and is not
+// tested. Prune is called with a time no later than any decision that
+// follows it, and must not change any of those decisions.
+package limitertest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
+
+// base is the instant every case starts from: the seed's 2026-01-01T00:00:00Z.
+var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// newStoreFunc is the constructor Run takes.
+type newStoreFunc = func(t testing.TB) limiter.Store
+
+// Run runs the conformance suite. newStore must return a fresh, empty store
+// each call (the suite closes it). Stores that cannot run an algorithm return
+// an error wrapping limiter.ErrUnsupported from Allow; the suite then skips
+// that algorithm's cases for that store with a message.
+//
+// Subtests do not run in parallel with each other; each opens its own store.
+// The whole suite makes about 30,000 decisions (about 15,000 under the race
+// detector or with -short).
+func Run(t *testing.T, newStore func(t testing.TB) limiter.Store) {
+	t.Run("Script", func(t *testing.T) { testScripts(t, newStore) })
+	t.Run("Model", func(t *testing.T) { testModels(t, newStore) })
+	t.Run("Invariant", func(t *testing.T) { testInvariants(t, newStore) })
+	t.Run("BoundaryBurst", func(t *testing.T) { testBoundaryBurst(t, newStore) })
+	t.Run("FullBucket", func(t *testing.T) { testFullBucket(t, newStore) })
+	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newStore) })
+	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
+	t.Run("Prune", func(t *testing.T) { testPrune(t, newStore) })
+	t.Run("BadInput", func(t *testing.T) { testBadInput(t, newStore) })
+	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
+	t.Run("Audit", func(t *testing.T) { testAudit(t, newStore) })
+}
+
+// forEach runs f in one subtest per algorithm of algs, each with a fresh
+// store that supports it.
+func forEach(t *testing.T, newStore newStoreFunc, algs []limiter.Algorithm, f func(t *testing.T, s limiter.Store, alg limiter.Algorithm)) {
+	t.Helper()
+	for _, alg := range algs {
+		t.Run(string(alg), func(t *testing.T) {
+			f(t, open(t, newStore, alg), alg)
+		})
+	}
+}
+
+// exact lists the algorithms that are atomic: all but the unsafe demonstration.
+var exact = []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
+
+// open returns a fresh store, closed when t ends, after checking that it
+// runs alg; it skips t when the store answers ErrUnsupported.
+func open(t *testing.T, newStore newStoreFunc, alg limiter.Algorithm) limiter.Store {
+	t.Helper()
+	s := newStore(t)
+	require.NotNil(t, s, "newStore returned nil")
+	t.Cleanup(func() { _ = s.Close() })
+	probe := policy("limitertest-probe", alg, 1, time.Minute)
+	k := limiter.Key{Subject: "probe"}
+	_, err := s.Allow(context.Background(), probe, limiter.Request{Key: k, Cost: 1, Now: base})
+	if errors.Is(err, limiter.ErrUnsupported) {
+		t.Skipf("store does not run %s: %v", alg, err)
+	}
+	require.NoError(t, err, "probe of %s", alg)
+	_, err = s.Reset(context.Background(), probe, k)
+	require.NoError(t, err, "reset of the probe key")
+	return s
+}
+
+// policy builds a policy.
+func policy(name string, alg limiter.Algorithm, limit int64, window time.Duration) limiter.Policy {
+	return limiter.Policy{Name: name, Algorithm: alg, Limit: limit, Window: window}
+}
+
+// allow makes one attempt at base+at and fails t on an error.
+func allow(t testing.TB, s limiter.Store, p limiter.Policy, k limiter.Key, cost int64, at time.Time) limiter.Decision {
+	t.Helper()
+	d, err := s.Allow(context.Background(), p, limiter.Request{Key: k, Cost: cost, Now: at})
+	require.NoError(t, err, "allow %s %+v cost %d at %s", p.Name, k, cost, at.Format(time.RFC3339Nano))
+	return d
+}
+
+// peek reads k at at and fails t on an error.
+func peek(t testing.TB, s limiter.Store, p limiter.Policy, k limiter.Key, at time.Time) limiter.Decision {
+	t.Helper()
+	d, err := s.Peek(context.Background(), p, k, at)
+	require.NoError(t, err, "peek %s %+v at %s", p.Name, k, at.Format(time.RFC3339Nano))
+	return d
+}
+
+// seed returns LIMITERTEST_SEED when set, else a seed from the clock; it is
+// logged so that a failure can be replayed.
+func seed(t testing.TB) uint64 {
+	t.Helper()
+	if v := os.Getenv("LIMITERTEST_SEED"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err, "LIMITERTEST_SEED")
+		return n
+	}
+	return uint64(time.Now().UnixNano())
+}
+
+// replay is the hint printed with a failure of a random case.
+func replay(s uint64) string {
+	return fmt.Sprintf("replay with LIMITERTEST_SEED=%d", s)
+}

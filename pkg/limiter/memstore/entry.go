@@ -1,0 +1,189 @@
+package memstore
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
+
+// entry is one key's state under one policy. Which fields are used depends
+// on the algorithm: slots for the window algorithms, tat for the token
+// bucket, events for the sliding log.
+type entry struct {
+	key    mapKey
+	index  int // in its shard's list
+	alg    limiter.Algorithm
+	window int64 // nanoseconds
+	// slots holds the counts of the most recent fixed windows seen (a slot
+	// with count 0 is free). Three are enough for the weighted window to
+	// read its previous window after the clock stepped back by one window.
+	slots  [3]slot
+	tat    int64           // token bucket: theoretical arrival time, Unix ns; 0 for none
+	events []limiter.Event // sliding log: oldest first
+}
+
+type slot struct {
+	start int64 // Unix ns
+	count int64
+}
+
+// holds reports whether e was written under p's algorithm and window, so
+// that its state means what p would make it mean.
+func (e *entry) holds(p limiter.Policy) bool {
+	return e.alg == p.Algorithm && e.window == int64(p.Window)
+}
+
+// decide runs p's arithmetic on e's state at now and writes the result back
+// (cost 0 is a peek and writes nothing).
+func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) limiter.Decision {
+	switch p.Algorithm {
+	case limiter.FixedWindow:
+		start := limiter.WindowStart(now, p.Window).UnixNano()
+		d := limiter.FixedWindowDecide(p, e.count(start), cost, now)
+		if cost > 0 {
+			e.set(start, d.Count)
+		}
+		return d
+	case limiter.SlidingWindow:
+		start := limiter.WindowStart(now, p.Window).UnixNano()
+		cur := e.count(start)
+		d := limiter.SlidingWindowDecide(p, e.count(start-int64(p.Window)), cur, cost, now)
+		if d.Allowed && cost > 0 {
+			e.set(start, cur+cost)
+		}
+		return d
+	case limiter.TokenBucket:
+		d, tat := limiter.TokenBucketDecide(p, e.tat, cost, now)
+		e.tat = tat
+		return d
+	default: // SlidingLog, and SlidingLogUnsafe's peek
+		n := now.UnixNano()
+		// Events older than two windows cannot count again, even after the
+		// clock steps back by a window.
+		e.trim(n - 2*int64(p.Window))
+		d := limiter.SlidingLogDecide(p, e.events, cost, now)
+		if d.Allowed && cost > 0 {
+			e.record(n, cost)
+		}
+		return d
+	}
+}
+
+// count returns the count of the fixed window starting at start.
+func (e *entry) count(start int64) int64 {
+	for _, s := range e.slots {
+		if s.start == start && s.count > 0 {
+			return s.count
+		}
+	}
+	return 0
+}
+
+// set stores the count of the window starting at start: in its slot, else in
+// a free slot, else in place of the oldest window.
+func (e *entry) set(start, count int64) {
+	victim := 0
+	for i, s := range e.slots {
+		if s.count > 0 && s.start == start {
+			e.slots[i].count = count
+			return
+		}
+		if v := e.slots[victim]; v.count > 0 && (s.count == 0 || s.start < v.start) {
+			victim = i
+		}
+	}
+	e.slots[victim] = slot{start: start, count: count}
+}
+
+// record inserts an event at its place in time: last, unless the clock went
+// back.
+func (e *entry) record(at, cost int64) {
+	i := len(e.events)
+	for i > 0 && e.events[i-1].At > at {
+		i--
+	}
+	e.events = slices.Insert(e.events, i, limiter.Event{At: at, Cost: cost})
+}
+
+// trim drops the events at or before cutoff and returns how many.
+func (e *entry) trim(cutoff int64) int64 {
+	i := 0
+	for i < len(e.events) && e.events[i].At <= cutoff {
+		i++
+	}
+	if i == len(e.events) {
+		e.events = e.events[:0]
+	} else {
+		e.events = e.events[i:]
+	}
+	return int64(i)
+}
+
+// prune drops what cannot affect a decision at now or later and returns how
+// many records it dropped.
+func (e *entry) prune(now int64) int64 {
+	switch e.alg {
+	case limiter.FixedWindow, limiter.SlidingWindow:
+		var n int64
+		for i, s := range e.slots {
+			if s.count > 0 && s.start+e.life() <= now {
+				e.slots[i] = slot{}
+				n++
+			}
+		}
+		return n
+	case limiter.TokenBucket:
+		if e.tat != 0 && e.tat <= now { // full again: the same as no bucket
+			e.tat = 0
+			return 1
+		}
+		return 0
+	default:
+		return e.trim(now - e.window)
+	}
+}
+
+// life is how long after its start a fixed window's count matters: until its
+// end, or for the weighted window one window more, as the previous window.
+func (e *entry) life() int64 {
+	if e.alg == limiter.SlidingWindow {
+		return 2 * e.window
+	}
+	return e.window
+}
+
+// records returns how many records e holds: used window slots, events, or
+// its bucket.
+func (e *entry) records() int64 {
+	var n int64
+	for _, s := range e.slots {
+		if s.count > 0 {
+			n++
+		}
+	}
+	if e.tat != 0 {
+		n++
+	}
+	return n + int64(len(e.events))
+}
+
+// expiry returns when e's state stops mattering: the end of its newest
+// window's influence, its bucket's refill, its newest event's exit. Entries
+// without state expire at the dawn of time.
+func (e *entry) expiry() int64 {
+	exp := int64(math.MinInt64)
+	for _, s := range e.slots {
+		if s.count > 0 {
+			exp = max(exp, s.start+e.life())
+		}
+	}
+	if e.tat != 0 {
+		exp = max(exp, e.tat)
+	}
+	if n := len(e.events); n > 0 {
+		exp = max(exp, e.events[n-1].At+e.window)
+	}
+	return exp
+}
