@@ -1,0 +1,420 @@
+// Package sqlitestore keeps rate-limit state in one SQLite file (the seeds'
+// schema, modernc.org/sqlite, no cgo), in WAL mode.
+//
+// Every decision, reset and prune goes through one writer goroutine that owns
+// one connection. It takes the queued requests, up to a batch bound, opens
+// one BEGIN IMMEDIATE transaction, applies them in arrival order (read the
+// key's state, call the algorithm's arithmetic from package limiter, write the
+// new state), commits, and only then answers each caller: a decision returned
+// by Allow is durable (to the synchronous mode's guarantee). Decisions are
+// exact inside a process by construction, and across processes or other
+// *sql.DB handles on the same file because BEGIN IMMEDIATE takes SQLite's
+// write lock and the busy timeout waits for it. Group commit amortises the
+// commit over the batch; see the package benchmarks.
+//
+// Peek reads through a separate read-only pool: WAL readers never wait for
+// the writer. sliding_log_unsafe is the seed's check-then-insert on the pool
+// with no transaction; it over-admits under concurrency on purpose.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	_ "modernc.org/sqlite" // registers the "sqlite" driver
+)
+
+// Defaults of the options.
+const (
+	DefaultBusyTimeout = 5 * time.Second
+	DefaultSynchronous = "NORMAL"
+	DefaultMaxBatch    = 256
+)
+
+// poolConns bounds each connection pool beside the writer's connection: the
+// read-only pool (Peek) and the read-write pool (sliding_log_unsafe).
+const poolConns = 4
+
+type config struct {
+	busyTimeout time.Duration
+	synchronous string
+	maxBatch    int
+}
+
+// Option configures Open.
+type Option func(*config)
+
+// WithBusyTimeout sets how long a connection waits for another one (another
+// process, another *Store on the file) holding the write lock before it fails
+// with limiter.ErrUnavailable. Default 5s; negative durations are refused by
+// Open; 0 fails at once. Milliseconds are the resolution.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(c *config) { c.busyTimeout = d }
+}
+
+// WithSynchronous sets SQLite's synchronous pragma: "NORMAL" (the default: in
+// WAL mode a commit survives a process crash but the last commits may be lost
+// on power failure) or "FULL" (every commit is fsynced). Any other value is
+// refused by Open. Case does not matter.
+func WithSynchronous(mode string) Option {
+	return func(c *config) { c.synchronous = strings.ToUpper(mode) }
+}
+
+// WithMaxBatch bounds how many queued requests the writer applies in one
+// transaction (group commit). Default 256; n < 1 is refused by Open; 1
+// disables group commit.
+func WithMaxBatch(n int) Option {
+	return func(c *config) { c.maxBatch = n }
+}
+
+// Store is a limiter.Store on one SQLite file. It is safe for concurrent use,
+// and several Stores (in one or many processes) may share one file.
+type Store struct {
+	path string // absolute
+
+	db    *sql.DB   // read-write pool: the writer's connection and sliding_log_unsafe
+	ro    *sql.DB   // read-only pool: Peek
+	wconn *sql.Conn // the writer's connection, pinned
+	w     *writer
+	rw    *stmts // on db, for sliding_log_unsafe
+	rq    *stmts // on ro, for Peek
+
+	mu      sync.RWMutex // closed; held for reading while a call enqueues or reads the pools
+	closed  bool
+	queue   chan *op
+	stopped chan struct{} // closed when the writer has drained the queue
+
+	ops     sync.Pool
+	batches atomic.Int64
+	applied atomic.Int64
+	replays atomic.Int64
+}
+
+var _ limiter.Store = (*Store)(nil)
+
+// Open opens (creating if missing) the database at path, creates the schema
+// if missing, and starts the writer. path is a file name, never ":memory:".
+// Call Close to stop the writer and release the file.
+func Open(path string, opts ...Option) (*Store, error) {
+	cfg := config{busyTimeout: DefaultBusyTimeout, synchronous: DefaultSynchronous, maxBatch: DefaultMaxBatch}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch {
+	case path == "" || path == ":memory:":
+		return nil, fmt.Errorf("sqlitestore: open: path %q: want a file name", path)
+	case cfg.busyTimeout < 0:
+		return nil, fmt.Errorf("sqlitestore: open: busy timeout %s is negative", cfg.busyTimeout)
+	case cfg.synchronous != "NORMAL" && cfg.synchronous != "FULL":
+		return nil, fmt.Errorf("sqlitestore: open: synchronous %q: want NORMAL or FULL", cfg.synchronous)
+	case cfg.maxBatch < 1:
+		return nil, fmt.Errorf("sqlitestore: open: max batch %d: want at least 1", cfg.maxBatch)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	s := &Store{
+		path:    abs,
+		queue:   make(chan *op, cfg.maxBatch),
+		stopped: make(chan struct{}),
+	}
+	s.ops.New = func() any { return &op{done: make(chan struct{}, 1)} }
+	if err := s.open(cfg); err != nil {
+		return nil, fmt.Errorf("sqlitestore: open: %w", errors.Join(err, s.release()))
+	}
+	go s.w.run(s)
+	return s, nil
+}
+
+// open connects the pools, creates the schema and prepares the statements.
+func (s *Store) open(cfg config) error {
+	ctx := context.Background()
+	var err error
+	if s.db, err = sql.Open("sqlite", dsn(s.path, cfg, false)); err != nil {
+		return err
+	}
+	s.db.SetMaxOpenConns(1 + poolConns)
+	s.db.SetMaxIdleConns(1 + poolConns)
+	if s.wconn, err = s.db.Conn(ctx); err != nil {
+		return unavailable(err)
+	}
+	if err := createSchema(ctx, s.wconn); err != nil {
+		return err
+	}
+	if s.w, err = newWriter(ctx, s.wconn, cfg.maxBatch); err != nil {
+		return err
+	}
+	if s.rw, err = prepare(ctx, s.db); err != nil {
+		return err
+	}
+	if s.ro, err = sql.Open("sqlite", dsn(s.path, cfg, true)); err != nil {
+		return err
+	}
+	s.ro.SetMaxOpenConns(poolConns)
+	s.ro.SetMaxIdleConns(poolConns)
+	s.rq, err = prepare(ctx, s.ro)
+	return err
+}
+
+// createSchema creates the tables and indexes in one write transaction, so
+// that processes opening a new file at once do not race.
+func createSchema(ctx context.Context, c *sql.Conn) error {
+	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
+		return fmt.Errorf("schema: %w", unavailable(err))
+	}
+	if _, err := c.ExecContext(ctx, schema); err != nil {
+		_, _ = c.ExecContext(ctx, "ROLLBACK") // the error above is the one to report
+		return fmt.Errorf("schema: %w", err)
+	}
+	if _, err := c.ExecContext(ctx, "COMMIT"); err != nil {
+		return fmt.Errorf("schema: %w", unavailable(err))
+	}
+	return nil
+}
+
+// dsn is the file URI of path with the store's pragmas. The path is escaped,
+// so names holding '?', '#' or '%' open the file they name.
+func dsn(path string, cfg config, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", cfg.busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+cfg.synchronous+")")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// release closes whatever open managed to open.
+func (s *Store) release() error {
+	var errs []error
+	for _, q := range []*stmts{s.rq, s.rw} {
+		if q != nil {
+			errs = append(errs, q.close())
+		}
+	}
+	if s.w != nil {
+		errs = append(errs, s.w.close())
+	}
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Close())
+	}
+	for _, db := range []*sql.DB{s.ro, s.db} {
+		if db != nil {
+			errs = append(errs, db.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops accepting calls, lets the writer apply and answer every request
+// already queued, then closes the database. Later calls, Close included,
+// return an error wrapping limiter.ErrClosed.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("sqlitestore: close: %w", limiter.ErrClosed)
+	}
+	s.closed = true
+	close(s.queue)
+	s.mu.Unlock()
+	<-s.stopped
+	if err := s.release(); err != nil {
+		return fmt.Errorf("sqlitestore: close: %w", err)
+	}
+	return nil
+}
+
+// Allow decides r under p and records it, atomically, through the writer;
+// with r.Audit set, an allowed attempt also gets an api_calls row in the same
+// transaction. The decision is committed before Allow returns. If ctx ends
+// while the request waits, Allow returns ctx's error, but a decision the
+// writer had already committed stays committed (and counted).
+//
+// sliding_log_unsafe does not go through the writer: it is the seed's count
+// then insert, two autocommit statements on the pool, and over-admits under
+// concurrency by design.
+func (s *Store) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
+	if err := limiter.CheckRequest(p, r); err != nil {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: allow: %w", err)
+	}
+	if p.Algorithm == limiter.SlidingLogUnsafe {
+		return s.read(ctx, "allow", func(ctx context.Context) (limiter.Decision, error) {
+			return s.rw.decide(ctx, p, r)
+		})
+	}
+	res, err := s.submit(ctx, "allow", op{kind: opAllow, policy: p, req: r})
+	return res.d, err
+}
+
+// Peek returns k's state under p at now without counting, read through the
+// read-only pool: it never waits for the writer and sees the last committed
+// state.
+func (s *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
+	if err := p.Validate(); err != nil {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: peek: %w", err)
+	}
+	if err := k.Validate(); err != nil {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: peek: %w", err)
+	}
+	return s.read(ctx, "peek", func(ctx context.Context) (limiter.Decision, error) {
+		return s.rq.decide(ctx, p, limiter.Request{Key: k, Now: now})
+	})
+}
+
+// read runs f on a pool, Close waiting for it to finish.
+func (s *Store) read(ctx context.Context, what string, f func(context.Context) (limiter.Decision, error)) (limiter.Decision, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if s.closed {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: %s: %w", what, limiter.ErrClosed)
+	}
+	d, err := f(ctx)
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: %s: %w", what, err)
+	}
+	return d, nil
+}
+
+// Reset deletes k's rows under p (windows, events, bucket; never the audit
+// log) and returns how many it deleted.
+func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: reset: %w", err)
+	}
+	if err := k.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: reset: %w", err)
+	}
+	res, err := s.submit(ctx, "reset", op{kind: opReset, policy: p, req: limiter.Request{Key: k}})
+	return res.n, err
+}
+
+// ResetSubject deletes every row of subject under p, whatever its scope, and
+// returns how many it deleted.
+func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
+	if err := p.Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: reset subject: %w", err)
+	}
+	if err := (limiter.Key{Subject: subject}).Validate(); err != nil {
+		return 0, fmt.Errorf("sqlitestore: reset subject: %w", err)
+	}
+	res, err := s.submit(ctx, "reset subject", op{kind: opResetSubject, policy: p, req: limiter.Request{Key: limiter.Key{Subject: subject}}})
+	return res.n, err
+}
+
+// Prune deletes, for each of policies, the rows that can no longer affect a
+// decision at now: window rows whose window_start is before now − 2×window,
+// events created at or before now − window, buckets whose theoretical arrival
+// time is at or before now (a full bucket). Rows of policies not in the list
+// are left alone, so a policy removed from the configuration keeps its rows
+// until it is pruned by name. It returns how many rows it deleted, in one
+// transaction.
+func (s *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
+	for _, p := range policies {
+		if err := p.Validate(); err != nil {
+			return 0, fmt.Errorf("sqlitestore: prune: %w", err)
+		}
+	}
+	res, err := s.submit(ctx, "prune", op{kind: opPrune, policies: policies, req: limiter.Request{Now: now}})
+	return res.n, err
+}
+
+// Ping proves the store can write: it goes through the writer, which takes
+// the database's write lock (BEGIN IMMEDIATE) for it. It returns an error
+// wrapping limiter.ErrUnavailable when the lock cannot be had within the busy
+// timeout, limiter.ErrClosed after Close.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.submit(ctx, "ping", op{kind: opPing})
+	return err
+}
+
+// FileSize returns the bytes of the database file plus its write-ahead log,
+// for a metrics gauge. It is safe to call at any time, also after Close.
+func (s *Store) FileSize() (int64, error) {
+	var total int64
+	for _, name := range []string{s.path, s.path + "-wal"} {
+		fi, err := os.Stat(name)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("sqlitestore: file size: %w", err)
+		}
+		total += fi.Size()
+	}
+	return total, nil
+}
+
+// Stats counts the writer's work since Open, for metrics.
+type Stats struct {
+	// Batches is how many groups of requests the writer took from its queue;
+	// each is one transaction, unless it was replayed.
+	Batches int64
+	// Applied is how many requests the writer answered. Applied/Batches is
+	// the mean group-commit batch size.
+	Applied int64
+	// Replays is how many batches failed because one request failed, and were
+	// applied again one request per transaction so that the others still
+	// commit.
+	Replays int64
+}
+
+// Stats returns the writer's counters. It is safe for concurrent use.
+func (s *Store) Stats() Stats {
+	return Stats{Batches: s.batches.Load(), Applied: s.applied.Load(), Replays: s.replays.Load()}
+}
+
+// submit queues o for the writer and waits for its answer.
+func (s *Store) submit(ctx context.Context, what string, o op) (result, error) {
+	if err := ctx.Err(); err != nil {
+		return result{}, fmt.Errorf("sqlitestore: %s: %w", what, err)
+	}
+	s.mu.RLock()
+	if s.closed {
+		s.mu.RUnlock()
+		return result{}, fmt.Errorf("sqlitestore: %s: %w", what, limiter.ErrClosed)
+	}
+	q := s.ops.Get().(*op)
+	o.ctx, o.done = ctx, q.done
+	*q = o
+	select {
+	case s.queue <- q:
+		s.mu.RUnlock()
+	case <-ctx.Done():
+		s.mu.RUnlock()
+		s.ops.Put(q)
+		return result{}, fmt.Errorf("sqlitestore: %s: %w", what, ctx.Err())
+	}
+	select {
+	case <-o.done:
+		res := q.res
+		*q = op{done: o.done} // drop the references while pooled
+		s.ops.Put(q)
+		if res.err != nil {
+			return result{}, fmt.Errorf("sqlitestore: %s: %w", what, res.err)
+		}
+		return res, nil
+	case <-ctx.Done():
+		// The writer may still apply and commit q; it answers on q's
+		// buffered channel, which nobody reads any more, and q is not reused.
+		return result{}, fmt.Errorf("sqlitestore: %s: %w", what, ctx.Err())
+	}
+}
+
+// unavailable marks an error that kept the store from deciding at all.
+func unavailable(err error) error {
+	return fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
+}
