@@ -1,0 +1,297 @@
+// Package redistest gives tests a real Redis: a private redis-server on a
+// free loopback port, or the server named by LIMITER_TEST_REDIS_URL.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// EnvURL names the variable that points tests at an existing Redis instead of
+// a private redis-server.
+const EnvURL = "LIMITER_TEST_REDIS_URL"
+
+// readyWithin bounds the wait for a started redis-server to answer PING.
+const readyWithin = 10 * time.Second
+
+// prefixes numbers the key prefixes handed out by this process.
+var prefixes atomic.Int64
+
+// Server is a Redis for one test. Its methods must be called from the test's
+// goroutine (they may skip or fail the test), except URL, Addr and Prefix,
+// which are safe anywhere.
+type Server struct {
+	t      testing.TB
+	url    string
+	addr   string
+	prefix string
+	shared bool // from EnvURL: not ours to stop, flush or restart
+
+	bin, dir string
+	port     int
+	mu       sync.Mutex
+	proc     *exec.Cmd
+	exited   chan struct{}
+}
+
+// Start starts a private redis-server (binary "redis-server" on PATH, no
+// persistence: --save "" --appendonly no, its directory in t.TempDir()) on a
+// free loopback port and stops it at cleanup; or, when LIMITER_TEST_REDIS_URL
+// is set, uses that server, where the test must keep to its own key prefix
+// (Prefix), whose keys are deleted at cleanup (never FLUSHALL). Without
+// either it skips the test with a reason naming redis-server and the
+// variable, except when CI=true, where it fails the test.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	s := &Server{t: t, prefix: fmt.Sprintf("tgtest-%d-%d", os.Getpid(), prefixes.Add(1))}
+	if url := os.Getenv(EnvURL); url != "" {
+		o, err := redis.ParseURL(url)
+		if err != nil {
+			t.Fatal("redistest: " + EnvURL + ": " + err.Error())
+			return nil
+		}
+		s.url, s.addr, s.shared = url, o.Addr, true
+		t.Cleanup(s.deleteKeys)
+		return s
+	}
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		const why = "redistest: redis-server is not on PATH and " + EnvURL + " is not set"
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		} else {
+			t.Skip(why)
+		}
+		return nil
+	}
+	s.bin, s.dir = bin, t.TempDir()
+	t.Cleanup(s.Stop)
+	for attempt := 1; ; attempt++ {
+		port, err := freePort()
+		if err == nil {
+			err = s.launch(port)
+		}
+		if err == nil {
+			return s
+		}
+		if attempt == 3 { // another process took the port each time
+			t.Fatal("redistest: " + err.Error())
+			return nil
+		}
+	}
+}
+
+// URL returns the server's URL, redis://127.0.0.1:PORT/0 for a private one.
+func (s *Server) URL() string { return s.url }
+
+// Addr returns the server's host:port.
+func (s *Server) Addr() string { return s.addr }
+
+// Prefix returns a key prefix that no other Server of any test shares: tests
+// pass it to the store (redisstore.WithPrefix) so that a shared server's keys
+// stay apart and can be deleted at cleanup. A test that needs several
+// prefixes extends it with '-' and a suffix; the keys deleted at cleanup are
+// those named Prefix() followed by ':' or '-'.
+func (s *Server) Prefix() string { return s.prefix }
+
+// Client returns a go-redis client on the server, closed at cleanup, for
+// inspecting keys from tests.
+func (s *Server) Client() *redis.Client {
+	s.t.Helper()
+	o, err := redis.ParseURL(s.url)
+	if err != nil {
+		s.t.Fatal("redistest: " + err.Error())
+		return nil
+	}
+	c := redis.NewClient(o)
+	s.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// Stop kills the private server now and waits until it has exited, for
+// outage tests; its data is gone. Stopping a stopped server does nothing. On
+// a shared server (LIMITER_TEST_REDIS_URL) it skips the test.
+func (s *Server) Stop() {
+	s.t.Helper()
+	s.needPrivate("Stop")
+	s.mu.Lock()
+	proc, exited := s.proc, s.exited
+	s.proc = nil
+	s.mu.Unlock()
+	if proc == nil {
+		return
+	}
+	_ = proc.Process.Kill()
+	<-exited
+}
+
+// Restart stops the private server if it runs and starts a new, empty one on
+// the same port. On a shared server it skips the test.
+func (s *Server) Restart() {
+	s.t.Helper()
+	s.needPrivate("Restart")
+	s.Stop()
+	if err := s.launch(s.port); err != nil {
+		s.t.Fatal("redistest: restart: " + err.Error())
+	}
+}
+
+// Shared reports whether the server is the one LIMITER_TEST_REDIS_URL names,
+// which tests must not stop, reconfigure or flush.
+func (s *Server) Shared() bool { return s.shared }
+
+func (s *Server) needPrivate(what string) {
+	if s.shared {
+		s.t.Helper()
+		s.t.Skip("redistest: " + what + " needs a private redis-server; " + EnvURL + " names a shared one")
+	}
+}
+
+// launch starts redis-server on port and waits until it answers PING.
+func (s *Server) launch(port int) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	logPath := filepath.Join(s.dir, "redis.log")
+	// No persistence; a replica (a failover test) syncs at once instead of
+	// the primary waiting 5s for more replicas to join a diskless sync.
+	conf := fmt.Sprintf("bind 127.0.0.1\nport %d\nsave \"\"\nappendonly no\ndaemonize no\n"+
+		"repl-diskless-sync-delay 0\ndir %q\nlogfile %q\n", port, s.dir, logPath)
+	confPath := filepath.Join(s.dir, "redis.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command(s.bin, confPath)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := waitReady(addr, cmd.Process.Pid, exited); err != nil {
+		_ = cmd.Process.Kill()
+		<-exited
+		logText, _ := os.ReadFile(logPath)
+		return fmt.Errorf("redis-server on %s: %w; log:\n%s", addr, err, logText)
+	}
+	s.mu.Lock()
+	s.proc, s.exited = cmd, exited
+	s.port, s.addr, s.url = port, addr, "redis://"+addr+"/0"
+	s.mu.Unlock()
+	return nil
+}
+
+// waitReady polls addr, a few milliseconds apart, until the redis-server of
+// process pid answers there, the process exits, or readyWithin passes. The
+// process id matters: another test process may have won the port, and its
+// server must not be taken for ours.
+func waitReady(addr string, pid int, exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyWithin)
+	for {
+		got, err := serverPID(addr)
+		if err == nil && got == pid {
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("exited before answering")
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not answering within %s", readyWithin)
+		}
+	}
+}
+
+// serverPID asks the server at addr for its process id (INFO server), on a
+// new connection.
+func serverPID(addr string) (int, error) {
+	conn, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
+		return 0, err
+	}
+	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
+		return 0, err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n') // "$<length>" of a bulk string
+	if err != nil {
+		return 0, err
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(head, "$")))
+	if err != nil || !strings.HasPrefix(head, "$") {
+		return 0, fmt.Errorf("answered %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return 0, err
+	}
+	for line := range strings.SplitSeq(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return strconv.Atoi(v)
+		}
+	}
+	return 0, fmt.Errorf("no process_id in INFO server")
+}
+
+// freePort returns a loopback TCP port that was free a moment ago, chosen at
+// random below the kernel's ephemeral range (32768 and up), so that no
+// outgoing connection and no listener on port 0 takes it between a Stop and
+// a Restart.
+func freePort() (int, error) {
+	for range 100 {
+		port := 20000 + rand.IntN(12768)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err == nil {
+			_ = l.Close()
+			return port, nil
+		}
+	}
+	return 0, fmt.Errorf("no free port in 20000..32767")
+}
+
+// deleteKeys deletes the test's keys (Prefix:* and Prefix-*) from a shared
+// server.
+func (s *Server) deleteKeys() {
+	o, err := redis.ParseURL(s.url)
+	if err != nil {
+		s.t.Error("redistest: " + err.Error())
+		return
+	}
+	c := redis.NewClient(o)
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, pattern := range []string{s.prefix + ":*", s.prefix + "-*"} {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := c.Del(ctx, iter.Val()).Err(); err != nil {
+				s.t.Error("redistest: delete test keys: " + err.Error())
+				return
+			}
+		}
+		if err := iter.Err(); err != nil {
+			s.t.Error("redistest: delete test keys: " + err.Error())
+			return
+		}
+	}
+}
