@@ -36,6 +36,33 @@ lint: ## gofmt and go vet on every module
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(TOOLS); do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
+.PHONY: atk
+atk: build ## start two services on free ports (with and without admin key) and run the attack suite
+	scripts/atk.sh $(BIN)
+
+OUT ?= demo-out
+.PHONY: demo
+demo: build ## run loadgen's scenarios against a fresh demo service (memory store); report and plots in OUT
+	scripts/demo.sh $(BIN) $(OUT)
+
+FUZZTIME ?= 20s
+.PHONY: fuzz
+fuzz: ## run every fuzz target for FUZZTIME each (default 20s)
+	@set -e; for m in $(MODULES); do \
+		for pkg in $$(cd $$m && $(GO) list ./...); do \
+			dir=$$(cd $$m && $(GO) list -f '{{.Dir}}' $$pkg); \
+			for f in $$(grep -ho '^func Fuzz[A-Za-z0-9_]*' $$dir/*_test.go 2>/dev/null | sed 's/func //'); do \
+				echo "== $$pkg $$f"; \
+				(cd $$dir && $(GO) test -run='^$$' -fuzz="^$$f\$$" -fuzztime=$(FUZZTIME) .); \
+			done; \
+		done; \
+	done
+
+BENCHTIME ?= 1s
+.PHONY: bench
+bench: ## library benchmarks (benchstat-friendly)
+	cd pkg/limiter && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+
 .PHONY: clean
 clean: ## remove built binaries
 	rm -rf $(BIN)

@@ -1,0 +1,314 @@
+// Package app wires the limiter service together: configuration → store →
+// HTTP engine, the background pruning job, the HTTP server with its timeouts,
+// and a graceful shutdown that lets in-flight requests finish and closes the
+// store last.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/gin-gonic/gin"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/memstore"
+	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
+	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+)
+
+// probeTimeout bounds the start-up check that the store can decide.
+const probeTimeout = 5 * time.Second
+
+// App is one service instance: a store, its HTTP engine and the pruning job.
+// Create it with New, run it with Serve, release it with Close. Its methods
+// are safe for concurrent use.
+type App struct {
+	cfg      config.Config
+	clock    limiter.Clock
+	log      *slog.Logger
+	store    limiter.Store
+	policies []limiter.Policy
+	engine   *gin.Engine
+	pruned   prometheus.Counter
+	pruneErr prometheus.Counter
+
+	stopOnce sync.Once
+	stopping chan struct{} // closed when the server starts shutting down
+}
+
+// Option configures New.
+type Option func(*App)
+
+// WithClock makes the app read time from c; the default is the system clock.
+func WithClock(c limiter.Clock) Option { return func(a *App) { a.clock = c } }
+
+// WithLogger sets the logger; the default discards.
+func WithLogger(l *slog.Logger) Option { return func(a *App) { a.log = l } }
+
+// NewLogger returns the logger the configuration asks for, writing to w.
+func NewLogger(cfg config.Config, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// New opens the configured store, checks that it can decide every policy,
+// and builds the HTTP engine. Errors due to the configuration wrap
+// config.ErrInvalid; others are runtime failures (a file that cannot be
+// opened, ...). On error nothing is left open.
+func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
+	a := &App{
+		cfg:      cfg,
+		clock:    limiter.SystemClock{},
+		log:      slog.New(slog.DiscardHandler),
+		stopping: make(chan struct{}),
+	}
+	for _, o := range opts {
+		o(a)
+	}
+	names := make([]string, 0, len(cfg.Policies))
+	for name := range cfg.Policies {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		a.policies = append(a.policies, cfg.Policies[n])
+	}
+
+	_, systemClock := a.clock.(limiter.SystemClock)
+	store, err := openStore(cfg, !systemClock)
+	if err != nil {
+		return nil, err
+	}
+	a.store = store
+	if err := a.build(ctx); err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	return a, nil
+}
+
+// build probes the store and creates the metrics and the engine.
+func (a *App) build(ctx context.Context) error {
+	if err := a.probe(ctx); err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_pruned_records_total",
+		Help: "Expired windows and events deleted by the pruning job.",
+	})
+	a.pruneErr = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "tollgate_prune_errors_total",
+		Help: "Runs of the pruning job that failed.",
+	})
+	for _, c := range []prometheus.Collector{
+		a.pruned, a.pruneErr,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("app: register metrics: %w", err)
+		}
+	}
+	engine, err := httpapi.New(httpapi.Options{
+		Store:          a.store,
+		StoreName:      string(a.cfg.Store),
+		Clock:          a.clock,
+		Policies:       a.policies,
+		PingRoute:      a.cfg.RoutePolicies[config.RoutePing],
+		CheckRoute:     a.cfg.RoutePolicies[config.RouteCheck],
+		AdminKey:       a.cfg.AdminKey,
+		TrustedProxies: a.cfg.TrustedProxies,
+		Logger:         a.log,
+		Registry:       reg,
+		Draining:       a.draining,
+	})
+	if err != nil {
+		return fmt.Errorf("app: %w", err)
+	}
+	a.engine = engine
+	return nil
+}
+
+// openStore opens the configured backend. clientTime makes Redis decide with
+// the app's clock instead of its own TIME (which keeps instances with skewed
+// clocks on one time, and is the default with the system clock).
+func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
+	switch cfg.Store {
+	case config.StoreMemory:
+		return memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)), nil
+	case config.StoreSQLite:
+		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
+			return nil, fmt.Errorf("app: sqlite store: %w", err)
+		}
+		s, err := sqlitestore.Open(cfg.SQLitePath)
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		return s, nil
+	case config.StoreRedis:
+		var opts []redisstore.Option
+		if clientTime {
+			opts = append(opts, redisstore.WithClientTime())
+		}
+		s, err := redisstore.Open(cfg.RedisURL, opts...)
+		if errors.Is(err, redisstore.ErrInvalidConfig) {
+			return nil, &config.Error{Field: "redis_url", Reason: err.Error()}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("app: %w", err)
+		}
+		return s, nil
+	}
+	return nil, &config.Error{Field: "store", Reason: fmt.Sprintf("%q is not one of sqlite, memory, redis", cfg.Store)}
+}
+
+// probe peeks every policy once, so that a store that cannot run a policy's
+// algorithm, or cannot read at all, fails the start rather than the first
+// request.
+func (a *App) probe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	now := a.clock.Now()
+	for _, p := range a.policies {
+		_, err := a.store.Peek(ctx, p, limiter.Key{Subject: "tollgate-start-probe"}, now)
+		switch {
+		case errors.Is(err, limiter.ErrUnsupported):
+			return &config.Error{Field: "policies." + p.Name + ".algorithm", Reason: fmt.Sprintf("%s is not supported by the %s store", p.Algorithm, a.cfg.Store)}
+		case err != nil:
+			return fmt.Errorf("app: store check: %w", err)
+		}
+	}
+	return nil
+}
+
+// Handler returns the HTTP handler (the Gin engine).
+func (a *App) Handler() http.Handler { return a.engine }
+
+// Stopping returns a channel closed once the server has begun its graceful
+// shutdown: its listeners are closed and in-flight requests are finishing.
+func (a *App) Stopping() <-chan struct{} { return a.stopping }
+
+func (a *App) draining() bool {
+	select {
+	case <-a.stopping:
+		return true
+	default:
+		return false
+	}
+}
+
+// Prune deletes the state that can no longer affect a decision at the
+// clock's now, for every policy, and returns how many records went.
+func (a *App) Prune(ctx context.Context) (int64, error) {
+	n, err := a.store.Prune(ctx, a.clock.Now(), a.policies)
+	if err != nil {
+		a.pruneErr.Inc()
+		return n, fmt.Errorf("app: prune: %w", err)
+	}
+	a.pruned.Add(float64(n))
+	return n, nil
+}
+
+// pruneLoop calls Prune every interval until ctx is done.
+func (a *App) pruneLoop(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if n, err := a.Prune(ctx); err != nil {
+				a.log.Warn("prune failed", "error", err)
+			} else {
+				a.log.Debug("pruned", "records", n)
+			}
+		}
+	}
+}
+
+// Serve answers HTTP on ln and runs the pruning job until ctx is done, then
+// shuts down gracefully: the listener closes, in-flight requests get up to
+// the configured shutdown timeout to finish, the pruning job stops. It does
+// not close the store (Close does). It returns nil after a clean shutdown.
+func (a *App) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           a.engine,
+		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
+		ReadTimeout:       a.cfg.ReadTimeout,
+		WriteTimeout:      a.cfg.WriteTimeout,
+		IdleTimeout:       a.cfg.IdleTimeout,
+		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
+
+	pruneCtx, stopPrune := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { a.pruneLoop(pruneCtx, a.cfg.PruneInterval) })
+	defer func() {
+		stopPrune()
+		wg.Wait()
+	}()
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("app: serve: %w", err)
+	case <-ctx.Done():
+	}
+	a.log.Info("shutting down", "timeout", a.cfg.ShutdownTimeout)
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("app: shutdown: %w", err), srv.Close())
+	}
+	if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, fmt.Errorf("app: serve: %w", serr))
+	}
+	return err
+}
+
+// Close closes the store. Call it after Serve has returned.
+func (a *App) Close() error {
+	if err := a.store.Close(); err != nil {
+		return fmt.Errorf("app: close store: %w", err)
+	}
+	return nil
+}
+
+// Run is the whole service: New, listen on the configured address, Serve
+// until ctx is done, Close. It logs the configuration (the admin key only as
+// set/unset) and the address it listens on.
+func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
+	a, err := New(ctx, cfg, opts...)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, a.Close()) }()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("app: %w", err)
+	}
+	a.log.Info("listening", "addr", ln.Addr().String(), "config", cfg)
+	return a.Serve(ctx, ln)
+}

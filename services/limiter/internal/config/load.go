@@ -1,0 +1,260 @@
+package config
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// setting is one scalar option. Its flag is --name, its environment variable
+// LIMITER_NAME and its YAML key name, with dashes turned into underscores.
+type setting struct {
+	name string
+	def  string
+	help string
+	set  func(c *Config, v string) error
+}
+
+func (s setting) env() string {
+	return "LIMITER_" + strings.ToUpper(s.yamlKey())
+}
+
+func (s setting) yamlKey() string {
+	return strings.ReplaceAll(s.name, "-", "_")
+}
+
+// configSetting names the YAML file; it is read from the flag or the
+// environment only.
+var configSetting = setting{
+	name: "config",
+	help: "YAML file with any of the settings below (keys in snake_case), plus policies and routes",
+	set:  func(c *Config, v string) error { c.File = v; return nil },
+}
+
+var settings = []setting{
+	{"addr", "127.0.0.1:8080", "HTTP listen address, host:port", func(c *Config, v string) error {
+		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+			return fmt.Errorf("%q is not host:port", v)
+		}
+		c.Addr = v
+		return nil
+	}},
+	{"store", "sqlite", "storage backend: sqlite (embedded file), memory (one process), redis (shared)", func(c *Config, v string) error {
+		switch s := Store(v); s {
+		case StoreSQLite, StoreMemory, StoreRedis:
+			c.Store = s
+			return nil
+		}
+		return fmt.Errorf("%q is not one of sqlite, memory, redis", v)
+	}},
+	{"sqlite-path", "./data/limiter.db", "SQLite database file (store sqlite); its directory is created", func(c *Config, v string) error {
+		if v == "" {
+			return errors.New("must not be empty")
+		}
+		c.SQLitePath = v
+		return nil
+	}},
+	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL (store redis), redis:// or rediss://", func(c *Config, v string) error {
+		u, err := url.Parse(v)
+		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
+			return fmt.Errorf("%q is not a redis:// or rediss:// URL", redactURL(v))
+		}
+		c.RedisURL = v
+		return nil
+	}},
+	{"grpc-addr", "", "gRPC listen address for Envoy's rate-limit API: not implemented yet, must stay empty", func(c *Config, v string) error {
+		if v != "" {
+			return errors.New("the gRPC server is not implemented yet; leave it empty")
+		}
+		c.GRPCAddr = v
+		return nil
+	}},
+	{"envoy-config", "", "folder of envoyproxy/ratelimit YAML files: not implemented yet, must stay empty", func(c *Config, v string) error {
+		if v != "" {
+			return errors.New("Envoy configuration files are not implemented yet; leave it empty")
+		}
+		c.EnvoyConfig = v
+		return nil
+	}},
+	{"trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-For is believed; empty: none, the peer address is the client", func(c *Config, v string) error {
+		var list []string
+		for p := range strings.SplitSeq(v, ",") {
+			p = strings.TrimSpace(p)
+			if p == "" {
+				continue
+			}
+			if _, err := netip.ParsePrefix(p); err != nil {
+				if _, err := netip.ParseAddr(p); err != nil {
+					return fmt.Errorf("%q is not a CIDR or an IP address", p)
+				}
+			}
+			list = append(list, p)
+		}
+		c.TrustedProxies = list
+		return nil
+	}},
+	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
+	{"memory-max-keys", "1000000", "store memory: keys kept before the least recently used are evicted", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
+	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
+	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
+	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
+	{"write-timeout", "10s", "time allowed to write a response", durationSetter(func(c *Config) *time.Duration { return &c.WriteTimeout })},
+	{"idle-timeout", "60s", "how long an idle keep-alive connection stays open", durationSetter(func(c *Config) *time.Duration { return &c.IdleTimeout })},
+	{"shutdown-timeout", "15s", "on SIGINT/SIGTERM, how long in-flight requests may take to finish", durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
+		if err := c.LogLevel.UnmarshalText([]byte(v)); err != nil {
+			return fmt.Errorf("%q is not one of debug, info, warn, error", v)
+		}
+		return nil
+	}},
+	{"log-format", "text", "text or json", func(c *Config, v string) error {
+		if v != "text" && v != "json" {
+			return fmt.Errorf("%q is not one of text, json", v)
+		}
+		c.LogFormat = v
+		return nil
+	}},
+}
+
+func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("%q is not a positive duration such as 500ms, 10s or 1m", v)
+		}
+		*field(c) = d
+		return nil
+	}
+}
+
+func intSetter(lo, hi int, field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("%q is not an integer in %d..%d", v, lo, hi)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// redactURL hides a password in a URL echoed in an error.
+func redactURL(v string) string {
+	if u, err := url.Parse(v); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// Load builds the configuration from command-line args (without the program
+// name), the environment read through getenv, the YAML file named by
+// --config or LIMITER_CONFIG, and the defaults, in that order of precedence.
+// An empty environment variable counts as unset. It returns ErrHelp for
+// -h/--help, and otherwise any error as an *Error (one line, naming the
+// field). Load is safe for concurrent use: it touches no global state.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	fs := flag.NewFlagSet("limiter", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	flags := make(map[string]*string, len(settings)+1)
+	for _, s := range append([]setting{configSetting}, settings...) {
+		flags[s.name] = fs.String(s.name, "", s.help)
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return Config{}, ErrHelp
+		}
+		return Config{}, &Error{Field: "arguments", Reason: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return Config{}, &Error{Field: "arguments", Reason: fmt.Sprintf("unexpected argument %q (every option is a --flag)", fs.Arg(0))}
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+
+	c := Config{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}
+	for _, s := range settings {
+		if err := s.set(&c, s.def); err != nil {
+			return Config{}, fmt.Errorf("config: default of --%s: %w", s.name, err)
+		}
+	}
+	// The file named by the flag, else by the environment.
+	fileField := configSetting.env()
+	c.File = getenv(fileField)
+	if given[configSetting.name] {
+		fileField, c.File = "--"+configSetting.name, *flags[configSetting.name]
+	}
+	if c.File != "" {
+		data, err := os.ReadFile(c.File)
+		if err != nil {
+			return Config{}, fieldError(fileField, err)
+		}
+		if err := c.applyYAML(data); err != nil {
+			return Config{}, err
+		}
+	}
+	for _, s := range settings {
+		if v := getenv(s.env()); v != "" {
+			if err := s.set(&c, v); err != nil {
+				return Config{}, fieldError(s.env(), err)
+			}
+		}
+	}
+	for _, s := range settings {
+		if given[s.name] {
+			if err := s.set(&c, *flags[s.name]); err != nil {
+				return Config{}, fieldError("--"+s.name, err)
+			}
+		}
+	}
+	c.AdminKey = getenv(AdminKeyEnv)
+	return c, nil
+}
+
+// Usage writes the --help text: every flag with what it does, its
+// environment variable and its default.
+func Usage(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString(`Usage: limiter [flags]
+
+Serves the Tollgate rate limiter over HTTP. Every setting comes, in this order
+of precedence, from its flag, its environment variable, the YAML file given
+with --config, or its default (the defaults reproduce the seeds: /ping 3 per
+60s fixed window, /rate/check 10 per 60s sliding log).
+
+Flags:
+`)
+	for _, s := range append([]setting{configSetting}, settings...) {
+		def := s.def
+		if def == "" {
+			def = "none"
+		}
+		fmt.Fprintf(&b, "  --%s\n      %s\n      env %s, default %s\n", s.name, s.help, s.env(), def)
+	}
+	fmt.Fprintf(&b, `
+Environment only:
+  %s
+      key that DELETE /rate/reset requires in X-Admin-Key; never a flag,
+      never logged; default empty: admin routes always answer 403
+
+YAML file (every key optional; unknown keys are an error):
+  policies:   # name -> {algorithm, limit, window, shadow}; window is whole seconds
+    ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
+    check: { algorithm: sliding_log,  limit: 10, window: 60s }
+  routes:     # seed route -> its policies, evaluated in order
+    ping:  [ping]
+    check: [check]
+  Algorithms: fixed_window, sliding_log, sliding_window, token_bucket,
+  sliding_log_unsafe (a race demonstration; never protects anything).
+`, AdminKeyEnv)
+	_, err := io.WriteString(w, b.String())
+	return err
+}

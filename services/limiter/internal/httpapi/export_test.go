@@ -1,0 +1,4 @@
+package httpapi
+
+// HashClient exposes hashClient to the external tests.
+var HashClient = hashClient

@@ -1,0 +1,46 @@
+package httpapi
+
+import (
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
+
+// sfString renders s as a structured-field string (RFC 9651): quoted, with
+// '"' and '\' escaped. Policy names are printable ASCII (the configuration
+// checks it).
+func sfString(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 2)
+	b.WriteByte('"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// PolicyHeader returns the RateLimit-Policy field value of
+// draft-ietf-httpapi-ratelimit-headers-10 for the enforcing (non-shadow)
+// policies of ps: items like "ping";q=3;w=60 joined by ", ". It is empty when
+// every policy is a shadow.
+func PolicyHeader(ps []limiter.Policy) string {
+	items := make([]string, 0, len(ps))
+	for _, p := range ps {
+		if !p.Shadow {
+			items = append(items, sfString(p.Name)+";q="+strconv.FormatInt(p.Limit, 10)+";w="+strconv.FormatInt(int64(p.Window/time.Second), 10))
+		}
+	}
+	return strings.Join(items, ", ")
+}
+
+// RateLimitHeader returns the RateLimit field value for policy name's
+// decision d: "name";r=<remaining>;t=<seconds until reset, rounded up>.
+func RateLimitHeader(name string, d limiter.Decision) string {
+	return sfString(name) + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10)
+}

@@ -1,0 +1,108 @@
+package httpapi
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Gin context keys.
+const (
+	ctxRequestID = "tollgate.request_id"
+	ctxClient    = "tollgate.client" // the client's key, logged only hashed
+)
+
+// maxRequestIDLen bounds an X-Request-Id taken from the client.
+const maxRequestIDLen = 64
+
+// validRequestID accepts a client's X-Request-Id when it is short and made
+// of [A-Za-z0-9._-] only, so it is safe to echo and to log.
+func validRequestID(s string) bool {
+	if s == "" || len(s) > maxRequestIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case b >= 'a' && b <= 'z', b >= 'A' && b <= 'Z', b >= '0' && b <= '9', b == '.', b == '_', b == '-':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// requestID reuses a valid X-Request-Id or makes one, and echoes it.
+func (h *handler) requestID(c *gin.Context) {
+	id := c.GetHeader("X-Request-Id")
+	if !validRequestID(id) {
+		id = rand.Text()
+	}
+	c.Set(ctxRequestID, id)
+	c.Header("X-Request-Id", id)
+	c.Next()
+}
+
+// hashClient returns a short SHA-256 digest of a client key for the logs,
+// so that lines about one client can be matched without logging the key.
+func hashClient(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:8])
+}
+
+// observe writes one access-log line and counts the request, after the rest
+// of the chain has run. It logs the route template, never the raw path (which
+// may hold a user id), nor any header.
+func (h *handler) observe(c *gin.Context) {
+	start := time.Now()
+	c.Next()
+	status := c.Writer.Status()
+	route := c.FullPath()
+	if route == "" {
+		route = "unmatched"
+	}
+	h.metrics.requests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
+	attrs := make([]slog.Attr, 0, 6)
+	attrs = append(attrs,
+		slog.String("method", c.Request.Method),
+		slog.String("route", route),
+		slog.Int("status", status),
+		slog.Duration("latency", time.Since(start)),
+		slog.String("request_id", c.GetString(ctxRequestID)),
+	)
+	if k := c.GetString(ctxClient); k != "" {
+		attrs = append(attrs, slog.String("client", hashClient(k)))
+	}
+	h.log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
+}
+
+// recover turns a panic in a handler into a 500 problem that says nothing of
+// the panic; the value and the stack go to the log.
+func (h *handler) recover(c *gin.Context) {
+	defer func() {
+		r := recover()
+		if r == nil {
+			return
+		}
+		if r == http.ErrAbortHandler {
+			panic(r)
+		}
+		h.log.LogAttrs(c.Request.Context(), slog.LevelError, "panic in handler",
+			slog.String("request_id", c.GetString(ctxRequestID)),
+			slog.String("panic", fmt.Sprint(r)),
+			slog.String("stack", string(debug.Stack())))
+		if c.Writer.Written() {
+			c.Abort()
+			return
+		}
+		abortProblem(c, http.StatusInternalServerError, "internal error; the request id identifies it in the logs")
+	}()
+	c.Next()
+}

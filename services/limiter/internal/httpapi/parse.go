@@ -1,0 +1,169 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/gin-gonic/gin"
+)
+
+// Bounds of client input.
+const (
+	// MaxBodyBytes is the largest request body accepted; larger gets 413.
+	MaxBodyBytes = 64 << 10
+	// MaxEndpointRunes is the longest endpoint, in characters (the seed's 128).
+	MaxEndpointRunes = 128
+)
+
+// InputError says why a piece of client input was refused.
+type InputError struct {
+	What   string // "user id", "endpoint", ...
+	Reason string // "is empty", ...
+}
+
+// Error returns the reason prefixed with the package name.
+func (e *InputError) Error() string { return "httpapi: " + e.Detail() }
+
+// Detail returns the reason as shown to the client in a problem's detail.
+func (e *InputError) Detail() string { return e.What + " " + e.Reason }
+
+func inputError(what, format string, args ...any) error {
+	return &InputError{What: what, Reason: fmt.Sprintf(format, args...)}
+}
+
+// detail returns the client-facing text of err.
+func detail(err error) string {
+	if ie, ok := errors.AsType[*InputError](err); ok {
+		return ie.Detail()
+	}
+	return err.Error()
+}
+
+// ParseUserID parses a user id as the seed's ctype_digit + positive test
+// does: only ASCII digits, greater than zero, fitting an int64. Leading zeros
+// are allowed and dropped: it returns the value and its canonical decimal
+// text, which is the key's subject, so "007" and "7" are one user.
+func ParseUserID(s string) (int64, string, error) {
+	if s == "" {
+		return 0, "", inputError("user id", "is missing or empty")
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, "", inputError("user id", "must be ASCII digits only")
+		}
+	}
+	canon := strings.TrimLeft(s, "0")
+	if canon == "" {
+		return 0, "", inputError("user id", "must be greater than zero")
+	}
+	n, err := strconv.ParseInt(canon, 10, 64)
+	if err != nil {
+		return 0, "", inputError("user id", "does not fit in 64 bits")
+	}
+	return n, canon, nil
+}
+
+// ValidateText checks a client-supplied string: not empty, valid UTF-8 with
+// no U+FFFD (the character that invalid bytes and lone surrogates decode
+// to), at most maxBytes bytes and, when maxRunes > 0, at most maxRunes
+// characters.
+func ValidateText(what, s string, maxBytes, maxRunes int) error {
+	switch {
+	case s == "":
+		return inputError(what, "is empty")
+	case len(s) > maxBytes:
+		return inputError(what, "is longer than %d bytes", maxBytes)
+	case !utf8.ValidString(s) || strings.ContainsRune(s, utf8.RuneError):
+		return inputError(what, "is not valid UTF-8")
+	case maxRunes > 0 && utf8.RuneCountInString(s) > maxRunes:
+		return inputError(what, "is longer than %d characters", maxRunes)
+	}
+	return nil
+}
+
+// ValidateEndpoint checks an endpoint as the seed does: a non-empty string of
+// at most 128 characters.
+func ValidateEndpoint(s string) error {
+	return ValidateText("endpoint", s, 4*MaxEndpointRunes, MaxEndpointRunes)
+}
+
+// singleHeader returns the one value of header name; it is an error when the
+// header is repeated, since two values would make the identity ambiguous.
+func singleHeader(c *gin.Context, name string) (string, error) {
+	vs := c.Request.Header.Values(name)
+	switch len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	}
+	return "", inputError(name, "is given %d times", len(vs))
+}
+
+// userIDHeader reads X-User-Id, answering 400 when it is missing or invalid.
+func userIDHeader(c *gin.Context) (int64, string, bool) {
+	raw, err := singleHeader(c, "X-User-Id")
+	if err == nil {
+		var id int64
+		var canon string
+		if id, canon, err = ParseUserID(raw); err == nil {
+			return id, canon, true
+		}
+	}
+	abortProblem(c, http.StatusBadRequest, "X-User-Id must be one positive decimal integer: "+detail(err))
+	return 0, "", false
+}
+
+// readObject reads a JSON object body of at most MaxBodyBytes. It answers
+// 413 for a larger body and 400 for an empty or unparsable one (trailing
+// data included) or one that is not an object.
+func readObject(c *gin.Context) (map[string]json.RawMessage, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			abortProblem(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		} else {
+			abortProblem(c, http.StatusBadRequest, "the body could not be read")
+		}
+		return nil, false
+	}
+	if len(strings.TrimSpace(string(body))) == 0 {
+		abortProblem(c, http.StatusBadRequest, "the body is empty; send a JSON object")
+		return nil, false
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+		abortProblem(c, http.StatusBadRequest, "the body is not a JSON object")
+		return nil, false
+	}
+	return obj, true
+}
+
+// stringMember returns obj[name] as a validated string, answering 422 when
+// it is missing, not a string or fails check.
+func stringMember(c *gin.Context, obj map[string]json.RawMessage, name string, check func(string) error) (string, bool) {
+	raw, ok := obj[name]
+	if !ok {
+		abortProblem(c, http.StatusUnprocessableEntity, name+" is required")
+		return "", false
+	}
+	// Raw bytes must be valid UTF-8: json.Unmarshal would silently replace
+	// invalid bytes with U+FFFD.
+	var s string
+	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil {
+		abortProblem(c, http.StatusUnprocessableEntity, name+" must be a UTF-8 string")
+		return "", false
+	}
+	if err := check(s); err != nil {
+		abortProblem(c, http.StatusUnprocessableEntity, detail(err))
+		return "", false
+	}
+	return s, true
+}

@@ -1,0 +1,55 @@
+// Command limiter serves the Tollgate rate limiter over HTTP: the seeds'
+// /ping and /rate/* routes, the generic /v1/check, health and metrics.
+// Run it with --help for its flags. It exits 0 after a clean shutdown
+// (SIGINT or SIGTERM), 2 on a bad configuration (one line on stderr) and 1
+// on any other failure.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/app"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+func main() {
+	gin.SetMode(gin.ReleaseMode)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run loads the configuration and serves until ctx is done.
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	cfg, err := config.Load(args, getenv)
+	if errors.Is(err, config.ErrHelp) {
+		return config.Usage(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	return app.Run(ctx, cfg, app.WithLogger(app.NewLogger(cfg, stderr)))
+}
+
+// exitCode prints err as one line on stderr and returns the exit status:
+// 0 for nil, 2 for a configuration error, 1 otherwise.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, "limiter: "+strings.Join(strings.Fields(err.Error()), " "))
+	if errors.Is(err, config.ErrInvalid) {
+		return 2
+	}
+	return 1
+}
