@@ -235,7 +235,8 @@ func RetryAfterSeconds(d time.Duration) int64 {
 	return int64((d + time.Second - 1) / time.Second)
 }
 
-// Seconds returns d in seconds as a float, for JSON bodies.
+// Seconds returns d in seconds for JSON bodies, rounded to the millisecond
+// (6.809, not 6.8081126229999995) and never negative.
 func Seconds(d time.Duration) float64 {
-	return math.Max(0, d.Seconds())
+	return math.Max(0, d.Round(time.Millisecond).Seconds())
 }

@@ -124,6 +124,8 @@ func TestSeconds(t *testing.T) {
 	assert.Equal(t, 1.5, limiter.Seconds(1500*time.Millisecond))
 	assert.Equal(t, 0.0, limiter.Seconds(-time.Second))
 	assert.Equal(t, 0.0, limiter.Seconds(0))
+	assert.Equal(t, 6.808, limiter.Seconds(6808112623*time.Nanosecond))
+	assert.Equal(t, 6.809, limiter.Seconds(6808600000*time.Nanosecond))
 }
 
 func TestSystemClockIsUTC(t *testing.T) {

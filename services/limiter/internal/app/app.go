@@ -88,7 +88,11 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		a.policies = append(a.policies, cfg.Policies[n])
+		p := cfg.Policies[n]
+		a.policies = append(a.policies, p)
+		if p.Algorithm == limiter.SlidingLogUnsafe {
+			a.log.Warn("UNSAFE policy: sliding_log_unsafe checks then records in two separate steps and over-admits under concurrency; it exists to demonstrate the race, never use it to protect anything", "policy", p.Name)
+		}
 	}
 
 	_, systemClock := a.clock.(limiter.SystemClock)
