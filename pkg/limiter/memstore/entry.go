@@ -8,12 +8,20 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
-// entry is one key's state under one policy. Which fields are used depends
-// on the algorithm: slots for the window algorithms, tat for the token
-// bucket, events for the sliding log.
+// entry is one key under one policy: where the shard keeps it, and its
+// state.
 type entry struct {
-	key    mapKey
-	index  int // in its shard's list
+	key   mapKey
+	hash  uint64 // of key, under the store's seed
+	next  *entry // the next entry whose key has the same hash
+	index int    // in its shard's list
+	state
+}
+
+// state is what a key holds. Which fields are used depends on the algorithm:
+// slots for the window algorithms, tat for the token bucket, events for the
+// sliding log.
+type state struct {
 	alg    limiter.Algorithm
 	window int64 // nanoseconds
 	// slots holds the counts of the most recent fixed windows seen (a slot

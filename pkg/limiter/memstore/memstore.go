@@ -1,10 +1,12 @@
 // Package memstore keeps rate-limit state in the memory of one process.
 //
-// The keys are spread over shards by a hash of (policy name, subject, scope);
-// each shard has its own mutex and map, so decisions on keys of different
-// shards never wait for each other, and there is no global lock on the
-// decision path. A decision on a key that already exists allocates nothing
-// for fixed_window, sliding_window and token_bucket.
+// The keys are spread over shards by a seeded hash of (policy name, subject,
+// scope), computed once per call; each shard has its own mutex and a map from
+// that hash to the key's entry (entries whose hashes collide are chained and
+// told apart by their key), so decisions on keys of different shards never
+// wait for each other, and there is no global lock on the decision path. A
+// decision on a key that already exists allocates nothing for fixed_window,
+// sliding_window and token_bucket.
 //
 // Memory is bounded by a number of keys ([WithMaxKeys]): when a shard is
 // full, a new key evicts the entry, among a few sampled ones, whose state
@@ -88,33 +90,56 @@ type Store struct {
 var _ limiter.Store = (*Store)(nil)
 
 // shard is one lock and the keys it guards, padded to a cache line so that
-// neighbouring shards' locks do not share one. entries finds a key's entry;
-// list holds the same entries in no order, for sampling and sweeps, each
-// entry knowing its index.
+// neighbouring shards' locks do not share one. entries maps a key's hash to
+// its entry, the first of a chain (linked by next) when hashes collide; list
+// holds the same entries in no order, for sampling and sweeps, each entry
+// knowing its index.
 type shard struct {
 	mu      sync.Mutex
-	entries map[mapKey]*entry
+	entries map[uint64]*entry
 	list    []*entry
 	max     int
 	_       [16]byte
 }
 
-// add stores e under its key. sh must be locked.
+// find returns the entry of k, whose hash is h, or nil. sh must be locked.
+func (sh *shard) find(k *mapKey, h uint64) *entry {
+	for e := sh.entries[h]; e != nil; e = e.next {
+		if e.key == *k {
+			return e
+		}
+	}
+	return nil
+}
+
+// add stores e under its hash, first in the chain. sh must be locked.
 func (sh *shard) add(e *entry) {
 	e.index = len(sh.list)
 	sh.list = append(sh.list, e)
-	sh.entries[e.key] = e
+	e.next = sh.entries[e.hash]
+	sh.entries[e.hash] = e
 }
 
 // remove deletes the entry at index i of the list, moving the last one into
-// its place. sh must be locked.
+// its place, and unlinks it from its chain. sh must be locked.
 func (sh *shard) remove(i int) {
 	e := sh.list[i]
 	last := sh.list[len(sh.list)-1]
 	sh.list[i], last.index = last, i
 	sh.list[len(sh.list)-1] = nil
 	sh.list = sh.list[:len(sh.list)-1]
-	delete(sh.entries, e.key)
+	switch head := sh.entries[e.hash]; {
+	case head == e && e.next == nil:
+		delete(sh.entries, e.hash)
+	case head == e:
+		sh.entries[e.hash] = e.next
+	default:
+		for head.next != e {
+			head = head.next
+		}
+		head.next = e.next
+	}
+	e.next = nil
 }
 
 // mapKey names a key under a policy. Its strings are the caller's on lookup
@@ -154,20 +179,15 @@ func New(opts ...Option) *Store {
 		if i < cfg.maxKeys%n {
 			s.shards[i].max++
 		}
-		s.shards[i].entries = make(map[mapKey]*entry)
+		s.shards[i].entries = make(map[uint64]*entry)
 	}
 	return s
 }
 
-func (s *Store) shard(k *mapKey) *shard {
-	var h maphash.Hash
-	h.SetSeed(s.seed)
-	h.WriteString(k.policy)
-	h.WriteByte(0)
-	h.WriteString(k.subject)
-	h.WriteByte(0)
-	h.WriteString(k.scope)
-	return &s.shards[h.Sum64()&s.mask]
+// shard returns k's hash and the shard that holds k.
+func (s *Store) shard(k *mapKey) (*shard, uint64) {
+	h := maphash.Comparable(s.seed, *k)
+	return &s.shards[h&s.mask], h
 }
 
 // Allow counts r on r.Key under p and decides. It never blocks on anything
@@ -180,12 +200,12 @@ func (s *Store) Allow(_ context.Context, p limiter.Policy, r limiter.Request) (l
 		return limiter.Decision{}, fmt.Errorf("memstore: allow: %w", limiter.ErrClosed)
 	}
 	k := mapKey{p.Name, r.Key.Subject, r.Key.Scope}
-	sh := s.shard(&k)
+	sh, h := s.shard(&k)
 	if p.Algorithm == limiter.SlidingLogUnsafe {
-		return s.allowUnsafe(sh, &k, p, r), nil
+		return s.allowUnsafe(sh, &k, h, p, r), nil
 	}
 	sh.mu.Lock()
-	d := s.get(sh, &k, p).decide(p, r.Cost, r.Now)
+	d := s.get(sh, &k, h, p).decide(p, r.Cost, r.Now)
 	sh.mu.Unlock()
 	return d, nil
 }
@@ -195,10 +215,10 @@ func (s *Store) Allow(_ context.Context, p limiter.Policy, r limiter.Request) (l
 // as the seed's round trip to the database would), then records the attempt
 // under the lock again. Concurrent attempts can all pass the count before any
 // is recorded. Never use it to protect anything.
-func (s *Store) allowUnsafe(sh *shard, k *mapKey, p limiter.Policy, r limiter.Request) limiter.Decision {
+func (s *Store) allowUnsafe(sh *shard, k *mapKey, h uint64, p limiter.Policy, r limiter.Request) limiter.Decision {
 	sh.mu.Lock()
 	var events []limiter.Event
-	if e, ok := sh.entries[*k]; ok && e.holds(p) {
+	if e := sh.find(k, h); e != nil && e.holds(p) {
 		events = e.events
 	}
 	d := limiter.SlidingLogDecide(p, events, r.Cost, r.Now)
@@ -208,7 +228,7 @@ func (s *Store) allowUnsafe(sh *shard, k *mapKey, p limiter.Policy, r limiter.Re
 	}
 	runtime.Gosched()
 	sh.mu.Lock()
-	s.get(sh, k, p).record(r.Now.UnixNano(), r.Cost)
+	s.get(sh, k, h, p).record(r.Now.UnixNano(), r.Cost)
 	sh.mu.Unlock()
 	return d
 }
@@ -223,10 +243,10 @@ func (s *Store) Peek(_ context.Context, p limiter.Policy, k limiter.Key, now tim
 		return limiter.Decision{}, fmt.Errorf("memstore: peek: %w", limiter.ErrClosed)
 	}
 	mk := mapKey{p.Name, k.Subject, k.Scope}
-	sh := s.shard(&mk)
+	sh, h := s.shard(&mk)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if e, ok := sh.entries[mk]; ok && e.holds(p) {
+	if e := sh.find(&mk, h); e != nil && e.holds(p) {
 		return e.decide(p, 0, now), nil
 	}
 	var fresh entry
@@ -243,11 +263,11 @@ func (s *Store) Reset(_ context.Context, p limiter.Policy, k limiter.Key) (int64
 		return 0, fmt.Errorf("memstore: reset: %w", limiter.ErrClosed)
 	}
 	mk := mapKey{p.Name, k.Subject, k.Scope}
-	sh := s.shard(&mk)
+	sh, h := s.shard(&mk)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	e, ok := sh.entries[mk]
-	if !ok {
+	e := sh.find(&mk, h)
+	if e == nil {
 		return 0, nil
 	}
 	sh.remove(e.index)
@@ -265,7 +285,7 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 			return 0
 		}
 		n := e.records()
-		*e = entry{}
+		e.state = state{}
 		return n
 	})
 }
@@ -369,10 +389,10 @@ func validate(p limiter.Policy, k limiter.Key) error {
 // get returns k's entry under p, creating it (and evicting another when the
 // shard is full) when missing, and clearing it when p's algorithm or window
 // changed since it was written. sh must be locked.
-func (s *Store) get(sh *shard, k *mapKey, p limiter.Policy) *entry {
-	if e, ok := sh.entries[*k]; ok {
+func (s *Store) get(sh *shard, k *mapKey, h uint64, p limiter.Policy) *entry {
+	if e := sh.find(k, h); e != nil {
 		if !e.holds(p) {
-			*e = entry{alg: p.Algorithm, window: int64(p.Window)}
+			e.state = state{alg: p.Algorithm, window: int64(p.Window)}
 		}
 		return e
 	}
@@ -380,7 +400,7 @@ func (s *Store) get(sh *shard, k *mapKey, p limiter.Policy) *entry {
 		sh.evict()
 		s.evictions.Add(1)
 	}
-	e := &entry{key: k.clone(), alg: p.Algorithm, window: int64(p.Window)}
+	e := &entry{key: k.clone(), hash: h, state: state{alg: p.Algorithm, window: int64(p.Window)}}
 	sh.add(e)
 	return e
 }

@@ -204,3 +204,34 @@ func TestCloseDropsKeys(t *testing.T) {
 	assert.Equal(t, 0, s.Len())
 	assert.NoError(t, s.Close(), "second close")
 }
+
+// A key whose state is cleared (its policy changed, or ResetSubject) keeps
+// its place in its shard: Reset still removes it, and only it, and a cleared
+// key counted again is held like any other.
+func TestClearedKeysStayIndexed(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New(memstore.WithShards(1))
+	fixed := policy(limiter.FixedWindow, 10, time.Minute)
+	bucket := policy(limiter.TokenBucket, 10, time.Minute)
+	a, b := limiter.Key{Subject: "a"}, limiter.Key{Subject: "b"}
+	allow(t, s, fixed, a.Subject, t0)
+	allow(t, s, fixed, b.Subject, t0)
+	allow(t, s, bucket, b.Subject, t0) // b's state is cleared, then counted as a bucket
+
+	n, err := s.Reset(ctx, bucket, b)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "b's bucket")
+	assert.Equal(t, 1, s.Len())
+	assert.Equal(t, int64(2), allow(t, s, fixed, a.Subject, t0).Count, "a was not touched")
+
+	n, err = s.ResetSubject(ctx, fixed, a.Subject)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "a's window")
+	assert.Equal(t, 0, s.Len())
+	assert.Equal(t, int64(1), allow(t, s, fixed, a.Subject, t0).Count, "a starts afresh")
+	assert.Equal(t, 1, s.Len())
+	n, err = s.Reset(ctx, fixed, a)
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n)
+	assert.Equal(t, 0, s.Len())
+}

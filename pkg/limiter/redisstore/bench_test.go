@@ -21,27 +21,36 @@ func benchKeys(worker int64, n int) []limiter.Key {
 }
 
 // BenchmarkAllowParallel: one Allow per operation in server-time mode (the
-// production default), from GOMAXPROCS goroutines, each cycling through
-// 1,000 keys of its own, limit 100 per minute.
+// production default), from 8×GOMAXPROCS goroutines (a service's concurrent
+// requests), each cycling through 1,000 keys of its own, limit 100 per
+// minute; with the default pipelining of concurrent scripts, and with every
+// script sent alone (batch=1).
 func BenchmarkAllowParallel(b *testing.B) {
 	srv := redistest.Start(b)
 	for _, alg := range limiter.Algorithms {
-		b.Run(string(alg), func(b *testing.B) {
-			s := openStore(b, srv, srv.Prefix()+"-p-"+string(alg))
-			p := policy("bench", alg, 100, time.Minute)
-			var workers atomic.Int64
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				keys := benchKeys(workers.Add(1), 1000)
-				for i := 0; pb.Next(); i++ {
-					if _, err := s.Allow(context.Background(), p, limiter.Request{Key: keys[i%len(keys)], Cost: 1}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
+		for _, batch := range []int{DefaultMaxBatch, 1} {
+			b.Run(string(alg)+"/batch="+strconv.Itoa(batch), func(b *testing.B) {
+				benchParallel(b, openStore(b, srv, srv.Prefix()+"-p"+strconv.Itoa(batch)+"-"+string(alg), WithMaxBatch(batch)), alg)
 			})
-		})
+		}
 	}
+}
+
+// benchParallel runs Allow on s from 8×GOMAXPROCS goroutines.
+func benchParallel(b *testing.B, s *Store, alg limiter.Algorithm) {
+	p := policy("bench", alg, 100, time.Minute)
+	var workers atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.RunParallel(func(pb *testing.PB) {
+		keys := benchKeys(workers.Add(1), 1000)
+		for i := 0; pb.Next(); i++ {
+			if _, err := s.Allow(context.Background(), p, limiter.Request{Key: keys[i%len(keys)], Cost: 1}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
 }
 
 // BenchmarkAllow: the same, one goroutine: the latency of one decision.

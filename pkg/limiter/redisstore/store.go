@@ -15,6 +15,11 @@
 // two windows for the window algorithms, one for the log and the bucket), so
 // Prune has nothing to do.
 //
+// The scripts of concurrent decisions share round trips: those queued while
+// earlier ones are in flight are sent together as one pipeline, each caller
+// still getting its own script's answer, so that many callers cost Redis
+// and the service few reads and writes (WithMaxBatch).
+//
 // Every call is bounded by a deadline (WithTimeout) and its errors wrap
 // [limiter.ErrUnavailable]; a circuit breaker (WithBreaker) then fails fast
 // while Redis is down and lets a probe through after a cooldown, so the store
@@ -46,6 +51,7 @@ const (
 	DefaultPrefix   = "tollgate"
 	DefaultFailures = 5
 	DefaultCooldown = time.Second
+	DefaultMaxBatch = 64
 )
 
 // ErrInvalidConfig is wrapped by Open's errors for a bad URL or option.
@@ -60,6 +66,7 @@ type Store struct {
 	timeout    time.Duration
 	clientTime bool
 	breaker    *breaker
+	batch      *batcher // nil: every script is sent alone
 	closed     atomic.Bool
 }
 
@@ -73,6 +80,7 @@ type config struct {
 	failures   int
 	cooldown   time.Duration
 	clock      limiter.Clock
+	maxBatch   int
 }
 
 // Option configures Open.
@@ -103,6 +111,12 @@ func WithBreaker(failures int, cooldown time.Duration) Option {
 	return func(c *config) { c.failures, c.cooldown = failures, cooldown }
 }
 
+// WithMaxBatch bounds how many decisions' scripts are sent to Redis in one
+// pipeline (n >= 1; default 64); 1 sends every script alone, one round trip
+// each. Batching never holds a call back to wait for others: a call waits
+// only while every flusher has a batch in flight, and leaves with the next.
+func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
+
 // WithBreakerClock makes the circuit breaker time its cooldown with clk
 // (default the system clock). Decisions never read it.
 func WithBreakerClock(clk limiter.Clock) Option { return func(c *config) { c.clock = clk } }
@@ -124,6 +138,8 @@ func (c *config) validate() error {
 		return bad("breaker cooldown %s is negative", c.cooldown)
 	case c.clock == nil:
 		return bad("breaker clock is nil")
+	case c.maxBatch < 1:
+		return bad("max batch %d is below 1", c.maxBatch)
 	}
 	return nil
 }
@@ -131,7 +147,8 @@ func (c *config) validate() error {
 // Open returns a store on the Redis server at url, redis:// or rediss://
 // (TLS), with user, password and database number taken from the URL
 // (redis://user:password@host:port/db). It does not contact the server: the
-// first call does, and Ping tells whether it can.
+// first call does, and Ping tells whether it can. Call Close to release the
+// store's connections and goroutines.
 func Open(url string, opts ...Option) (*Store, error) {
 	c := config{
 		timeout:  DefaultTimeout,
@@ -139,6 +156,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 		failures: DefaultFailures,
 		cooldown: DefaultCooldown,
 		clock:    limiter.SystemClock{},
+		maxBatch: DefaultMaxBatch,
 	}
 	for _, o := range opts {
 		o(&c)
@@ -170,13 +188,17 @@ func Open(url string, opts ...Option) (*Store, error) {
 	o.MaxRetries = 2
 	o.DisableIdentity = true // no CLIENT SETINFO round trip on each dial
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &Store{
+	s := &Store{
 		client:     redis.NewClient(o),
 		prefix:     c.prefix,
 		timeout:    c.timeout,
 		clientTime: c.clientTime,
 		breaker:    &breaker{clock: c.clock, threshold: c.failures, cooldown: c.cooldown},
-	}, nil
+	}
+	if c.maxBatch > 1 {
+		s.batch = newBatcher(s.client, c.timeout, c.maxBatch)
+	}
+	return s, nil
 }
 
 // Allow counts one attempt of r.Cost units on r.Key under p and decides, in
@@ -291,7 +313,11 @@ func (s *Store) eval(ctx context.Context, op string, script *redis.Script, key s
 	var v []int64
 	err := s.call(ctx, op, func(ctx context.Context) error {
 		var err error
-		v, err = script.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+		if s.batch != nil {
+			v, err = s.batch.run(ctx, script, key, args)
+		} else {
+			v, err = script.Run(ctx, s.client, []string{key}, args...).Int64Slice()
+		}
 		if err == nil && len(v) != n {
 			err = fmt.Errorf("script returned %d values, want %d", len(v), n)
 		}
@@ -416,11 +442,14 @@ func (s *Store) Ping(ctx context.Context) error {
 // probe not yet back): calls fail fast instead of reaching Redis.
 func (s *Store) Degraded() bool { return s.breaker.isOpen() }
 
-// Close closes the connections. Later calls return errors wrapping
-// limiter.ErrClosed, Close included.
+// Close waits for the batches in flight, then closes the connections. Later
+// calls return errors wrapping limiter.ErrClosed, Close included.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return fmt.Errorf("redisstore: close: %w", limiter.ErrClosed)
+	}
+	if s.batch != nil {
+		s.batch.close()
 	}
 	if err := s.client.Close(); err != nil {
 		return fmt.Errorf("redisstore: close: %w", err)

@@ -45,18 +45,21 @@ func (q *stmts) decide(ctx context.Context, p limiter.Policy, r limiter.Request)
 	return d, nil
 }
 
-// fixedWindow is the seed's upsert, then a read of the count: every attempt is
-// counted, refused ones too.
+// fixedWindow is the seed's upsert, returning the count after it in the same
+// statement (a peek reads the count): every attempt is counted, refused ones
+// too.
 func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
 	start := limiter.WindowStartText(limiter.WindowStart(r.Now, p.Window))
 	k := r.Key
+	var (
+		count int64
+		err   error
+	)
 	if r.Cost > 0 {
-		if _, err := q.windowAdd.ExecContext(ctx, p.Name, k.Subject, k.Scope, start, r.Cost); err != nil {
-			return limiter.Decision{}, fmt.Errorf("fixed window: %w", err)
-		}
+		err = q.windowInc.QueryRowContext(ctx, p.Name, k.Subject, k.Scope, start, r.Cost).Scan(&count)
+	} else {
+		err = q.windowCount.QueryRowContext(ctx, p.Name, k.Subject, k.Scope, start).Scan(&count)
 	}
-	var count int64
-	err := q.windowCount.QueryRowContext(ctx, p.Name, k.Subject, k.Scope, start).Scan(&count)
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {
 		return limiter.Decision{}, fmt.Errorf("fixed window: %w", err)
 	}
