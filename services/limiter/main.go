@@ -2,7 +2,8 @@
 // /ping and /rate/* routes, the generic /v1/check, health and metrics.
 // Run it with --help for its flags. It exits 0 after a clean shutdown
 // (SIGINT or SIGTERM), 2 on a bad configuration (one line on stderr) and 1
-// on any other failure.
+// on any other failure. SIGHUP reloads the policies and routes from the
+// YAML file; a bad file is refused and the running policies stay.
 package main
 
 import (
@@ -29,7 +30,8 @@ func main() {
 	os.Exit(code)
 }
 
-// run loads the configuration and serves until ctx is done.
+// run loads the configuration and serves until ctx is done. Each SIGHUP
+// reloads the policies and routes (see app.App.Reload).
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	cfg, err := config.Load(args, getenv)
 	if errors.Is(err, config.ErrHelp) {
@@ -38,7 +40,15 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if err != nil {
 		return err
 	}
-	return app.Run(ctx, cfg, app.WithLogger(app.NewLogger(cfg, stderr)))
+	offset, err := app.ClockOffsetFromEnv(getenv) // test only
+	if err != nil {
+		return err
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	reload := app.WithReload(func() (config.Config, error) { return config.Load(args, getenv) }, hup)
+	return app.Run(ctx, cfg, app.WithLogger(app.NewLogger(cfg, stderr)), offset, reload)
 }
 
 // exitCode prints err as one line on stderr and returns the exit status:

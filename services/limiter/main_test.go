@@ -22,7 +22,9 @@ import (
 
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
-	os.Exit(m.Run())
+	code := m.Run()
+	removeSharedBinary()
+	os.Exit(code)
 }
 
 func noEnv(string) string { return "" }
@@ -50,8 +52,8 @@ func TestExitCodes(t *testing.T) {
 		{"bad flag value", []string{"--store=etcd"}, nil, 2, `limiter: config: --store: "etcd" is not one of sqlite, memory, redis`},
 		{"bad env value", nil, map[string]string{"LIMITER_PRUNE_INTERVAL": "0"}, 2,
 			`limiter: config: LIMITER_PRUNE_INTERVAL: "0" is not a positive duration such as 500ms, 10s or 1m`},
-		{"not implemented", []string{"--grpc-addr=127.0.0.1:9000"}, nil, 2,
-			"limiter: config: --grpc-addr: the gRPC server is not implemented yet; leave it empty"},
+		{"envoy config not a folder", []string{"--envoy-config=/nonexistent/ratelimit"}, nil, 2,
+			`limiter: config: --envoy-config: "/nonexistent/ratelimit" is not a folder`},
 		{"runtime failure", []string{"--store=memory", "--addr=256.0.0.1:1"}, nil, 1, ""},
 	}
 	for _, tt := range tests {
@@ -74,17 +76,11 @@ func TestExitCodes(t *testing.T) {
 	assert.Equal(t, "limiter: a b\n", printed.String())
 }
 
-// binary returns the limiter binary: $LIMITER_BIN (set by make test) or one
-// built into the test's temp dir.
+// binary returns the limiter binary: $LIMITER_BIN (set by make test) or the
+// one built once for the package.
 func binary(t *testing.T) string {
 	t.Helper()
-	if bin := os.Getenv("LIMITER_BIN"); bin != "" {
-		return bin
-	}
-	bin := filepath.Join(t.TempDir(), "limiter")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
+	return sharedBinary(t)
 }
 
 // TestBinaryServesAndStopsOnSIGTERM starts the real binary on a free port,

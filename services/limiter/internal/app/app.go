@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sort"
 	"sync"
 	"time"
 
@@ -27,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
@@ -46,8 +46,20 @@ type App struct {
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 
+	reloader      *httpapi.Reloader
+	reloads       *prometheus.CounterVec        // tollgate_config_reloads_total
+	load          func() (config.Config, error) // WithReload's source; nil: Reload fails
+	reloadSignals <-chan os.Signal              // each one calls Reload
+	reloading     sync.Mutex                    // one Reload at a time
+	policiesMu    sync.Mutex                    // guards policies once New has returned
+
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server starts shutting down
+
+	clockOffset time.Duration // test only: added to clock, see ClockOffsetEnv
+
+	envoyRules *envoy.Rules   // --envoy-config; nil when no Envoy API is asked for
+	envoy      *envoy.Service // answers gRPC and POST /json; nil with envoyRules
 }
 
 // Option configures New.
@@ -82,21 +94,19 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	for _, o := range opts {
 		o(a)
 	}
-	names := make([]string, 0, len(cfg.Policies))
-	for name := range cfg.Policies {
-		names = append(names, name)
+	a.policies = a.policiesOf(cfg)
+	rules, err := loadEnvoyRules(cfg)
+	if err != nil {
+		return nil, err
 	}
-	sort.Strings(names)
-	for _, n := range names {
-		p := cfg.Policies[n]
-		a.policies = append(a.policies, p)
-		if p.Algorithm == limiter.SlidingLogUnsafe {
-			a.log.Warn("UNSAFE policy: sliding_log_unsafe checks then records in two separate steps and over-admits under concurrency; it exists to demonstrate the race, never use it to protect anything", "policy", p.Name)
-		}
-	}
+	a.envoyRules = rules
 
 	_, systemClock := a.clock.(limiter.SystemClock)
-	store, err := openStore(cfg, !systemClock)
+	if a.clockOffset != 0 {
+		a.clock = shiftedClock{clock: a.clock, d: a.clockOffset}
+		a.log.Warn("TEST ONLY: "+ClockOffsetEnv+" shifts this instance's clock; never set it in production", "offset", a.clockOffset.String())
+	}
+	store, err := openStore(cfg, cfg.RedisClientTime || !systemClock)
 	if err != nil {
 		return nil, err
 	}
@@ -109,10 +119,11 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 
 // build probes the store and creates the metrics and the engine.
 func (a *App) build(ctx context.Context) error {
-	if err := a.probe(ctx); err != nil {
+	if err := a.probe(ctx, a.storedPolicies()); err != nil {
 		return err
 	}
 	reg := prometheus.NewRegistry()
+	a.reloader = &httpapi.Reloader{}
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
 		Help: "Expired windows and events deleted by the pruning job.",
@@ -121,14 +132,29 @@ func (a *App) build(ctx context.Context) error {
 		Name: "tollgate_prune_errors_total",
 		Help: "Runs of the pruning job that failed.",
 	})
-	for _, c := range []prometheus.Collector{
-		a.pruned, a.pruneErr,
+	a.reloads = newReloadsCounter()
+	for _, c := range append([]prometheus.Collector{
+		a.pruned, a.pruneErr, a.reloads,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	} {
+	}, storeCollectors(a.store, a.log)...) {
 		if err := reg.Register(c); err != nil {
 			return fmt.Errorf("app: register metrics: %w", err)
 		}
+	}
+	if a.cfg.Store == config.StoreRedis {
+		f, err := newFallback(a.store, a.cfg, a.policies, reg, a.log)
+		if err != nil {
+			return err
+		}
+		a.store = f // after the probe: a store that cannot decide fails the start
+	}
+	metrics, err := httpapi.NewMetrics(reg)
+	if err != nil {
+		return err
+	}
+	if a.envoy, err = a.newEnvoyService(metrics); err != nil {
+		return err
 	}
 	engine, err := httpapi.New(httpapi.Options{
 		Store:          a.store,
@@ -142,6 +168,12 @@ func (a *App) build(ctx context.Context) error {
 		Logger:         a.log,
 		Registry:       reg,
 		Draining:       a.draining,
+
+		Reloader:         a.reloader,
+		OffendersWindow:  a.cfg.OffendersWindow,
+		OffendersRawKeys: a.cfg.OffendersRawKeys,
+		Metrics:          metrics,
+		Envoy:            a.envoyAPI(),
 	})
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
@@ -152,7 +184,9 @@ func (a *App) build(ctx context.Context) error {
 
 // openStore opens the configured backend. clientTime makes Redis decide with
 // the app's clock instead of its own TIME (which keeps instances with skewed
-// clocks on one time, and is the default with the system clock).
+// clocks on one time, and is the default): New asks for it with
+// --redis-client-time or when a test injects a clock (WithClock), never for
+// a clock shifted by WithClockOffset alone.
 func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
 	switch cfg.Store {
 	case config.StoreMemory:
@@ -167,7 +201,13 @@ func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
 		}
 		return s, nil
 	case config.StoreRedis:
-		var opts []redisstore.Option
+		opts := []redisstore.Option{
+			redisstore.WithTimeout(cfg.RedisTimeout),
+			redisstore.WithBreaker(redisstore.DefaultFailures, cfg.RedisBreakerCooldown),
+		}
+		if cfg.RedisPoolSize > 0 {
+			opts = append(opts, redisstore.WithPoolSize(cfg.RedisPoolSize))
+		}
 		if clientTime {
 			opts = append(opts, redisstore.WithClientTime())
 		}
@@ -183,14 +223,14 @@ func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
 	return nil, &config.Error{Field: "store", Reason: fmt.Sprintf("%q is not one of sqlite, memory, redis", cfg.Store)}
 }
 
-// probe peeks every policy once, so that a store that cannot run a policy's
-// algorithm, or cannot read at all, fails the start rather than the first
-// request.
-func (a *App) probe(ctx context.Context) error {
+// probe peeks every one of policies once, so that a store that cannot run a
+// policy's algorithm, or cannot read at all, fails the start (or the reload)
+// rather than the first request.
+func (a *App) probe(ctx context.Context, policies []limiter.Policy) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	now := a.clock.Now()
-	for _, p := range a.policies {
+	for _, p := range policies {
 		_, err := a.store.Peek(ctx, p, limiter.Key{Subject: "tollgate-start-probe"}, now)
 		switch {
 		case errors.Is(err, limiter.ErrUnsupported):
@@ -221,7 +261,7 @@ func (a *App) draining() bool {
 // Prune deletes the state that can no longer affect a decision at the
 // clock's now, for every policy, and returns how many records went.
 func (a *App) Prune(ctx context.Context) (int64, error) {
-	n, err := a.store.Prune(ctx, a.clock.Now(), a.policies)
+	n, err := a.store.Prune(ctx, a.clock.Now(), a.storedPolicies())
 	if err != nil {
 		a.pruneErr.Inc()
 		return n, fmt.Errorf("app: prune: %w", err)
@@ -267,6 +307,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	pruneCtx, stopPrune := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { a.pruneLoop(pruneCtx, a.cfg.PruneInterval) })
+	wg.Go(func() { a.reloadLoop(pruneCtx) })
 	defer func() {
 		stopPrune()
 		wg.Wait()
@@ -313,6 +354,14 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
-	a.log.Info("listening", "addr", ln.Addr().String(), "config", cfg)
-	return a.Serve(ctx, ln)
+	if cfg.GRPCAddr == "" {
+		a.log.Info("listening", "addr", ln.Addr().String(), "config", cfg)
+		return a.Serve(ctx, ln)
+	}
+	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return errors.Join(fmt.Errorf("app: %w", err), ln.Close())
+	}
+	a.log.Info("listening", "addr", ln.Addr().String(), "grpc_addr", grpcLn.Addr().String(), "config", cfg)
+	return a.serveBoth(ctx, ln, grpcLn)
 }

@@ -48,8 +48,20 @@ type Config struct {
 	Store       Store
 	SQLitePath  string // SQLite database file; its parent directory is created
 	RedisURL    string
-	GRPCAddr    string // reserved: a non-empty value is refused until implemented
-	EnvoyConfig string // reserved: a non-empty value is refused until implemented
+	GRPCAddr    string // gRPC listen address for Envoy's rate-limit API; empty: none
+	EnvoyConfig string // folder of envoyproxy/ratelimit YAML files; empty: none
+	// RedisPoolSize is the number of connections to Redis per instance; 0
+	// keeps go-redis's default (10 per GOMAXPROCS).
+	RedisPoolSize int
+	// RedisTimeout bounds every call to Redis, dial and retries included.
+	RedisTimeout time.Duration
+	// RedisBreakerCooldown is how long the circuit breaker stays open
+	// (failing fast) before it lets one probe call through.
+	RedisBreakerCooldown time.Duration
+	// RedisClientTime makes Redis decide with each instance's clock instead
+	// of the server's TIME; instances whose clocks disagree then disagree
+	// about windows, and the shared limit loosens.
+	RedisClientTime bool
 	// TrustedProxies lists the CIDRs (or single addresses) whose
 	// X-Forwarded-For and X-Real-IP headers are believed. Empty: none.
 	TrustedProxies    []string
@@ -63,6 +75,12 @@ type Config struct {
 	ShutdownTimeout   time.Duration // how long in-flight requests may take to finish
 	LogLevel          slog.Level
 	LogFormat         string // "text" or "json"
+	// OffendersWindow is the interval of GET /admin/offenders: it reports
+	// the keys refused most in the current and the previous interval.
+	OffendersWindow time.Duration
+	// OffendersRawKeys makes GET /admin/offenders show client keys as sent
+	// instead of the hash the access log uses. Keys can be API keys.
+	OffendersRawKeys bool
 	// AdminKey guards DELETE /rate/reset. Empty means admin routes always
 	// answer 403. Never log it: see LogValue.
 	AdminKey string
@@ -71,6 +89,10 @@ type Config struct {
 	// RoutePolicies maps each of Routes to the names of its policies, in
 	// evaluation order; every name is a key of Policies.
 	RoutePolicies map[string][]string
+	// OnStoreError maps a policy name to what its decisions become while the
+	// store cannot decide; a policy left out is FailClosed (see
+	// StoreErrorModeOf).
+	OnStoreError map[string]StoreErrorMode
 }
 
 // LogValue describes the configuration for a start-up log line, with the
@@ -84,9 +106,15 @@ func (c Config) LogValue() slog.Value {
 		slog.String("addr", c.Addr),
 		slog.String("store", string(c.Store)),
 		slog.String("sqlite_path", c.SQLitePath),
+		slog.String("redis_url", redactURL(c.RedisURL)),
+		slog.Int("memory_max_keys", c.MemoryMaxKeys),
+		slog.String("file", c.File),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Duration("prune_interval", c.PruneInterval),
 		slog.String("admin_key", admin),
+		slog.Duration("offenders_window", c.OffendersWindow),
+		slog.Bool("offenders_raw_keys", c.OffendersRawKeys),
+		slog.Any("policies", PoliciesLogValue(c.Policies)),
 		slog.Any("routes", c.RoutePolicies),
 	)
 }

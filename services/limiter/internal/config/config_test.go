@@ -91,13 +91,16 @@ func TestLoadPrecedence(t *testing.T) {
 func TestLoadEverySettingFromEachSource(t *testing.T) {
 	// Each setting is given a non-default value through the flag, the
 	// environment and the file in turn, and must land in the Config.
+	envoyDir := t.TempDir()
 	values := map[string]string{
 		"addr": "127.0.0.1:9", "store": "memory", "sqlite-path": "/tmp/x.db",
-		"redis-url": "rediss://127.0.0.1:7000/2", "grpc-addr": "", "envoy-config": "",
+		"redis-url": "rediss://127.0.0.1:7000/2", "grpc-addr": "127.0.0.1:8081", "envoy-config": envoyDir,
 		"trusted-proxies": "10.0.0.0/8, 192.168.1.1", "prune-interval": "90s",
 		"memory-max-keys": "42", "max-header-bytes": "4096", "read-header-timeout": "1s",
 		"read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s", "shutdown-timeout": "6s",
 		"log-level": "debug", "log-format": "json",
+		"redis-pool-size": "7", "redis-timeout": "250ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
+		"offenders-window": "5m", "offenders-raw-keys": "true",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -105,6 +108,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, StoreMemory, c.Store)
 		assert.Equal(t, "/tmp/x.db", c.SQLitePath)
 		assert.Equal(t, "rediss://127.0.0.1:7000/2", c.RedisURL)
+		assert.Equal(t, "127.0.0.1:8081", c.GRPCAddr)
+		assert.Equal(t, envoyDir, c.EnvoyConfig)
 		assert.Equal(t, []string{"10.0.0.0/8", "192.168.1.1"}, c.TrustedProxies)
 		assert.Equal(t, 90*time.Second, c.PruneInterval)
 		assert.Equal(t, 42, c.MemoryMaxKeys)
@@ -113,6 +118,12 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 			[]time.Duration{c.ReadHeaderTimeout, c.ReadTimeout, c.WriteTimeout, c.IdleTimeout, c.ShutdownTimeout})
 		assert.Equal(t, slog.LevelDebug, c.LogLevel)
 		assert.Equal(t, "json", c.LogFormat)
+		assert.Equal(t, 7, c.RedisPoolSize)
+		assert.Equal(t, 250*time.Millisecond, c.RedisTimeout)
+		assert.Equal(t, 3*time.Second, c.RedisBreakerCooldown)
+		assert.True(t, c.RedisClientTime)
+		assert.Equal(t, 5*time.Minute, c.OffendersWindow)
+		assert.True(t, c.OffendersRawKeys)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 
@@ -209,7 +220,7 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 		{name: "unknown top-level key", yaml: "addr: 127.0.0.1:1\nlisten: 1\n",
 			want: `config: listen: unknown key (line 2)`},
 		{name: "unknown policy key", yaml: "policies:\n  ping: {limit: 3, burst: 9}\n",
-			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow)`},
+			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error)`},
 		{name: "repeated key", yaml: "store: memory\nstore: sqlite\n",
 			want: `config: store: key given twice (line 2)`},
 		{name: "unknown policy in routes", yaml: "routes:\n  ping: [ping, nope]\n",
@@ -240,10 +251,10 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 			want: `config: --log-level: "loud" is not one of debug, info, warn, error`},
 		{name: "log format", env: map[string]string{"LIMITER_LOG_FORMAT": "xml"},
 			want: `config: LIMITER_LOG_FORMAT: "xml" is not one of text, json`},
-		{name: "grpc not implemented", args: []string{"--grpc-addr=127.0.0.1:8081"},
-			want: `config: --grpc-addr: the gRPC server is not implemented yet; leave it empty`},
-		{name: "envoy config not implemented", env: map[string]string{"LIMITER_ENVOY_CONFIG": "/etc/ratelimit"},
-			want: `config: LIMITER_ENVOY_CONFIG: Envoy configuration files are not implemented yet; leave it empty`},
+		{name: "grpc addr without port", args: []string{"--grpc-addr=127.0.0.1"},
+			want: `config: --grpc-addr: "127.0.0.1" is not host:port`},
+		{name: "envoy config not a folder", env: map[string]string{"LIMITER_ENVOY_CONFIG": "/nonexistent/ratelimit"},
+			want: `config: LIMITER_ENVOY_CONFIG: "/nonexistent/ratelimit" is not a folder`},
 		{name: "unknown flag", args: []string{"--admin-key=x"},
 			want: `config: arguments: flag provided but not defined: -admin-key`},
 		{name: "positional argument", args: []string{"serve"},
@@ -318,7 +329,7 @@ func TestHelp(t *testing.T) {
 		assert.Contains(t, text, "env "+s.env()+", default ", s.name)
 		assert.Contains(t, text, s.help, s.name)
 	}
-	for _, want := range []string{AdminKeyEnv, "default 127.0.0.1:8080", "default ./data/limiter.db", "default 1m", "default 16384", "not implemented yet"} {
+	for _, want := range []string{AdminKeyEnv, "default 127.0.0.1:8080", "default ./data/limiter.db", "default 1m", "default 16384", "envoy.service.ratelimit.v3"} {
 		assert.Contains(t, text, want)
 	}
 }

@@ -41,8 +41,8 @@ var configSetting = setting{
 
 var settings = []setting{
 	{"addr", "127.0.0.1:8080", "HTTP listen address, host:port", func(c *Config, v string) error {
-		if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
-			return fmt.Errorf("%q is not host:port", v)
+		if err := checkHostPort(v); err != nil {
+			return err
 		}
 		c.Addr = v
 		return nil
@@ -70,16 +70,24 @@ var settings = []setting{
 		c.RedisURL = v
 		return nil
 	}},
-	{"grpc-addr", "", "gRPC listen address for Envoy's rate-limit API: not implemented yet, must stay empty", func(c *Config, v string) error {
+	{"redis-pool-size", "0", "store redis: connections to Redis per instance; 0 keeps go-redis's default, 10 per GOMAXPROCS", intSetter(0, 1<<16, func(c *Config) *int { return &c.RedisPoolSize })},
+	{"redis-timeout", "50ms", "store redis: deadline of each call to Redis, dial and retries included; a dead Redis costs a request at most this long, then the policy's on_store_error decides", durationSetter(func(c *Config) *time.Duration { return &c.RedisTimeout })},
+	{"redis-breaker-cooldown", "1s", "store redis: after 5 consecutive failed calls the circuit breaker fails every call at once (no network wait) for this long, then lets one probe through; /readyz answers 503 meanwhile", durationSetter(func(c *Config) *time.Duration { return &c.RedisBreakerCooldown })},
+	{"redis-client-time", "false", "store redis: decide with each instance's clock instead of Redis's TIME. Dangerous: instances whose clocks disagree count in different windows and together admit more than the limit; for tests and replays only", boolSetter(func(c *Config) *bool { return &c.RedisClientTime })},
+	{"grpc-addr", "", "gRPC listen address, host:port, for Envoy's rate-limit API (envoy.service.ratelimit.v3); empty: no gRPC server", func(c *Config, v string) error {
 		if v != "" {
-			return errors.New("the gRPC server is not implemented yet; leave it empty")
+			if err := checkHostPort(v); err != nil {
+				return err
+			}
 		}
 		c.GRPCAddr = v
 		return nil
 	}},
-	{"envoy-config", "", "folder of envoyproxy/ratelimit YAML files: not implemented yet, must stay empty", func(c *Config, v string) error {
+	{"envoy-config", "", "folder of envoyproxy/ratelimit YAML files (*.yaml, *.yml; one domain each), answered over --grpc-addr and POST /json; empty: none", func(c *Config, v string) error {
 		if v != "" {
-			return errors.New("Envoy configuration files are not implemented yet; leave it empty")
+			if fi, err := os.Stat(v); err != nil || !fi.IsDir() {
+				return fmt.Errorf("%q is not a folder", v)
+			}
 		}
 		c.EnvoyConfig = v
 		return nil
@@ -122,6 +130,16 @@ var settings = []setting{
 		c.LogFormat = v
 		return nil
 	}},
+	{"offenders-window", "1m", "GET /admin/offenders lists the keys refused most in the current and the previous interval of this length", durationSetter(func(c *Config) *time.Duration { return &c.OffendersWindow })},
+	{"offenders-raw-keys", "false", "GET /admin/offenders shows client keys as sent instead of their log hash. Keys can be API keys or user ids: enable only where the admin key is guarded as well as they are", boolSetter(func(c *Config) *bool { return &c.OffendersRawKeys })},
+}
+
+// checkHostPort accepts a listen address host:port (the host may be empty).
+func checkHostPort(v string) error {
+	if _, port, err := net.SplitHostPort(v); err != nil || port == "" {
+		return fmt.Errorf("%q is not host:port", v)
+	}
+	return nil
 }
 
 func durationSetter(field func(*Config) *time.Duration) func(*Config, string) error {
@@ -167,6 +185,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	flags := make(map[string]*string, len(settings)+1)
 	for _, s := range append([]setting{configSetting}, settings...) {
 		flags[s.name] = fs.String(s.name, "", s.help)
+		if s.def == "false" { // a switch: --name alone means true
+			fs.Lookup(s.name).Value = switchFlag{flags[s.name]}
+		}
 	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -246,7 +267,7 @@ Environment only:
       never logged; default empty: admin routes always answer 403
 
 YAML file (every key optional; unknown keys are an error):
-  policies:   # name -> {algorithm, limit, window, shadow}; window is whole seconds
+  policies:   # name -> {algorithm, limit, window, shadow, on_store_error}; window is whole seconds
     ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
     check: { algorithm: sliding_log,  limit: 10, window: 60s }
   routes:     # seed route -> its policies, evaluated in order
@@ -254,6 +275,13 @@ YAML file (every key optional; unknown keys are an error):
     check: [check]
   Algorithms: fixed_window, sliding_log, sliding_window, token_bucket,
   sliding_log_unsafe (a race demonstration; never protects anything).
+  on_store_error: what a policy's decisions become while the store cannot
+  decide (Redis down or slower than --redis-timeout, breaker open):
+    fail_closed  refuse with 503 (the default)
+    fail_open    allow without counting (tollgate_store_fallback_total)
+    local        decide with an in-process memory store: each instance then
+                 limits on its own, so N instances admit up to N x limit
+  The sqlite and memory stores accept it; it only matters with redis.
 `, AdminKeyEnv)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -130,7 +130,12 @@ func (c *Config) yamlPolicies(m *yaml.Node) error {
 			if err != nil {
 				return err
 			}
-			if err := setPolicyField(&p, field, text); err != nil {
+			if field == "on_store_error" { // service-side, not a limiter.Policy field
+				err = c.setStoreErrorMode(name, text)
+			} else {
+				err = setPolicyField(&p, field, text)
+			}
+			if err != nil {
 				return fieldError(fpath, err)
 			}
 			return nil
@@ -173,7 +178,7 @@ func setPolicyField(p *limiter.Policy, field, text string) error {
 		}
 		p.Shadow = b
 	default:
-		return errors.New("unknown key (want algorithm, limit, window, shadow)")
+		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error)")
 	}
 	return nil
 }

@@ -96,7 +96,7 @@ func (h *handler) evaluate(ctx context.Context, r route, key limiter.Key, cost i
 			return out, err
 		}
 		out.decisions = append(out.decisions, d)
-		pc := h.counters[p.Name]
+		pc := r.counters[i]
 		switch {
 		case d.Allowed:
 			pc.allowed.Inc()
@@ -104,6 +104,7 @@ func (h *handler) evaluate(ctx context.Context, r route, key limiter.Key, cost i
 			pc.shadow.Inc()
 		default:
 			pc.limited.Inc()
+			h.recordOffender(now, p.Name, key.Subject)
 			out.refused = i
 			return out, nil
 		}
@@ -123,14 +124,10 @@ func limited(c *gin.Context, r route, out outcome) bool {
 				}
 			}
 		}
-		hd := c.Writer.Header()
-		hd.Set("RateLimit-Policy", r.policyHeader)
 		if best >= 0 {
-			d := out.decisions[best]
-			hd.Set("RateLimit", RateLimitHeader(r.policies[best].Name, d))
-			hd.Set("X-RateLimit-Limit", strconv.FormatInt(d.Limit, 10))
-			hd.Set("X-RateLimit-Remaining", strconv.FormatInt(d.Remaining, 10))
-			hd.Set("X-RateLimit-Reset", strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10))
+			setLimitFields(c.Writer.Header(), r.policyHeader, r.policies[best].Name, &out.decisions[best])
+		} else {
+			setLimitFields(c.Writer.Header(), r.policyHeader, "", nil)
 		}
 	}
 	if out.refused < 0 {
@@ -187,12 +184,13 @@ func (h *handler) handlePing(c *gin.Context) {
 		return
 	}
 	c.Set(ctxClient, key)
-	out, err := h.evaluate(c.Request.Context(), h.ping, limiter.Key{Subject: key}, 1, "/ping")
+	ping := h.policies.Load().ping
+	out, err := h.evaluate(c.Request.Context(), ping, limiter.Key{Subject: key}, 1, "/ping")
 	if err != nil {
 		h.unavailable(c, err)
 		return
 	}
-	if limited(c, h.ping, out) {
+	if limited(c, ping, out) {
 		return
 	}
 	d := out.decisions[0]
@@ -206,7 +204,7 @@ func (h *handler) handleStatus(c *gin.Context) {
 		return
 	}
 	c.Set(ctxClient, key)
-	d, ok := h.peek(c, h.ping.policies[0], limiter.Key{Subject: key})
+	d, ok := h.peek(c, h.policies.Load().ping.policies[0], limiter.Key{Subject: key})
 	if !ok {
 		return
 	}
@@ -218,6 +216,7 @@ func (h *handler) handleStatus(c *gin.Context) {
 }
 
 func (h *handler) handleCheck(c *gin.Context) {
+	check := h.policies.Load().check // before the body: the policies the request started with
 	uid, subject, ok := userIDHeader(c)
 	if !ok {
 		return
@@ -231,12 +230,12 @@ func (h *handler) handleCheck(c *gin.Context) {
 	if !ok {
 		return
 	}
-	out, err := h.evaluate(c.Request.Context(), h.check, limiter.Key{Subject: subject, Scope: endpoint}, 1, "")
+	out, err := h.evaluate(c.Request.Context(), check, limiter.Key{Subject: subject, Scope: endpoint}, 1, "")
 	if err != nil {
 		h.unavailable(c, err)
 		return
 	}
-	if limited(c, h.check, out) {
+	if limited(c, check, out) {
 		return
 	}
 	d := out.decisions[0]
@@ -268,7 +267,7 @@ func (h *handler) handleRateStatus(c *gin.Context) {
 	if !ok {
 		return
 	}
-	p := h.check.policies[0]
+	p := h.policies.Load().check.policies[0]
 	d, ok := h.peek(c, p, limiter.Key{Subject: subject, Scope: endpoint})
 	if !ok {
 		return
@@ -317,7 +316,7 @@ func (h *handler) handleReset(c *gin.Context) {
 	}
 	ctx := c.Request.Context()
 	var deleted int64
-	for _, p := range h.check.policies {
+	for _, p := range h.policies.Load().check.policies {
 		var n int64
 		if endpoint == nil {
 			n, err = h.store.ResetSubject(ctx, p, subject)
@@ -368,12 +367,13 @@ func parseV1(c *gin.Context) (v1Request, bool) {
 }
 
 func (h *handler) handleV1Check(c *gin.Context) {
+	policies := h.policies.Load() // before the body: the policies the request started with
 	req, ok := parseV1(c)
 	if !ok {
 		return
 	}
 	c.Set(ctxClient, req.key)
-	r, ok := h.single[req.policy]
+	r, ok := policies.single[req.policy]
 	if !ok {
 		abortProblem(c, http.StatusNotFound, "unknown policy "+strconv.Quote(req.policy))
 		return

@@ -9,12 +9,15 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"sync/atomic"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 )
 
 // Options configures New. Store, Clock, Registry and the routes' policies
@@ -43,20 +46,45 @@ type Options struct {
 	// Draining, when not nil and true, makes /readyz answer 503 so that
 	// load balancers stop sending traffic during a graceful shutdown.
 	Draining func() bool
+	// Reloader, when not nil, is bound to the engine so that its Reload
+	// replaces Policies, PingRoute and CheckRoute while the engine serves.
+	Reloader *Reloader
+	// OffendersWindow is the interval of GET /admin/offenders, which lists
+	// the keys refused most in the current and the previous interval;
+	// 0 means DefaultOffendersWindow.
+	OffendersWindow time.Duration
+	// OffendersRawKeys lists offenders by the key they sent instead of the
+	// hash the access log shows. Keys can be secrets (API keys).
+	OffendersRawKeys bool
+	// Metrics, when not nil, are the collectors to count in (already
+	// registered on Registry), shared with other front ends such as the
+	// Envoy gRPC API; nil creates them on Registry.
+	Metrics *Metrics
+	// Envoy, when not nil, answers POST /json: envoyproxy/ratelimit's HTTP
+	// form of its gRPC API.
+	Envoy EnvoyService
 }
 
 // route is a list of policies evaluated in order for one kind of request.
 type route struct {
 	policies     []limiter.Policy
-	policyHeader string // RateLimit-Policy value; empty when all are shadows
-	auditIndex   int    // the policy whose Request carries the audit endpoint
+	counters     []policyCounters // policies[i]'s tollgate_decisions_total children
+	policyHeader string           // RateLimit-Policy value; empty when all are shadows
+	auditIndex   int              // the policy whose Request carries the audit endpoint
 }
 
 // newRoute builds a route. The audit row goes with the last enforcing
 // policy: evaluation stops at the first enforcing refusal, so that policy
 // allows only when every enforcing policy has allowed.
-func newRoute(ps []limiter.Policy) route {
+func (m *Metrics) newRoute(ps []limiter.Policy) route {
 	r := route{policies: ps, policyHeader: PolicyHeader(ps), auditIndex: len(ps) - 1}
+	for _, p := range ps {
+		r.counters = append(r.counters, policyCounters{
+			allowed: m.decisions.WithLabelValues(p.Name, ResultAllowed),
+			limited: m.decisions.WithLabelValues(p.Name, ResultLimited),
+			shadow:  m.decisions.WithLabelValues(p.Name, ResultShadowLimited),
+		})
+	}
 	for i := len(ps) - 1; i >= 0; i-- {
 		if !ps[i].Shadow {
 			r.auditIndex = i
@@ -72,14 +100,13 @@ type handler struct {
 	clock     limiter.Clock
 	log       *slog.Logger
 	metrics   *Metrics
-	counters  map[string]*policyCounters
+	policies  atomic.Pointer[policySet] // replaced whole by a Reloader
 	storeErr  prometheus.Counter
 	storeTime prometheus.Observer
-	ping      route
-	check     route
-	single    map[string]route // /v1/check: one route per policy
-	adminKey  *[32]byte        // SHA-256 of the admin key; nil when unset
+	adminKey  *[32]byte // SHA-256 of the admin key; nil when unset
 	draining  func() bool
+	offenders *offenders.Tracker
+	rawKeys   bool // offenders are listed by raw key, not by hash
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -115,6 +142,10 @@ func New(o Options) (*gin.Engine, error) {
 	e.POST("/v1/check", h.handleV1Check)
 	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	e.GET("/readyz", h.handleReady)
+	e.GET("/admin/offenders", h.handleOffenders)
+	if o.Envoy != nil {
+		e.POST("/json", h.envoyJSON(o.Envoy))
+	}
 	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
 	return e, nil
 }
@@ -123,39 +154,22 @@ func newHandler(o Options) (*handler, error) {
 	if o.Store == nil || o.Clock == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a store, a clock and a registry")
 	}
-	byName := make(map[string]limiter.Policy, len(o.Policies))
-	for _, p := range o.Policies {
-		if err := p.Validate(); err != nil {
-			return nil, fmt.Errorf("httpapi: %w", err)
-		}
-		if _, dup := byName[p.Name]; dup {
-			return nil, fmt.Errorf("httpapi: policy %q given twice", p.Name)
-		}
-		byName[p.Name] = p
+	window := o.OffendersWindow
+	if window == 0 {
+		window = DefaultOffendersWindow
 	}
-	resolve := func(what string, names []string) (route, error) {
-		if len(names) == 0 {
-			return route{}, fmt.Errorf("httpapi: route %s has no policy", what)
-		}
-		ps := make([]limiter.Policy, len(names))
-		for i, n := range names {
-			p, ok := byName[n]
-			if !ok {
-				return route{}, fmt.Errorf("httpapi: route %s: unknown policy %q", what, n)
-			}
-			ps[i] = p
-		}
-		return newRoute(ps), nil
+	tracker, err := offenders.NewTracker(window, offenders.DefaultCapacity)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
 	}
-	ping, err := resolve("ping", o.PingRoute)
+	m := o.Metrics
+	if m == nil {
+		m, err = NewMetrics(o.Registry)
+	}
 	if err != nil {
 		return nil, err
 	}
-	check, err := resolve("check", o.CheckRoute)
-	if err != nil {
-		return nil, err
-	}
-	m, err := NewMetrics(o.Registry)
+	set, err := m.newPolicySet(o.Policies, o.PingRoute, o.CheckRoute)
 	if err != nil {
 		return nil, err
 	}
@@ -164,28 +178,22 @@ func newHandler(o Options) (*handler, error) {
 		clock:     o.Clock,
 		log:       o.Logger,
 		metrics:   m,
-		counters:  make(map[string]*policyCounters, len(byName)),
 		storeErr:  m.storeErrors.WithLabelValues(o.StoreName),
 		storeTime: m.duration.WithLabelValues(o.StoreName),
-		ping:      ping,
-		check:     check,
-		single:    make(map[string]route, len(byName)),
 		draining:  o.Draining,
+		offenders: tracker,
+		rawKeys:   o.OffendersRawKeys,
 	}
+	h.policies.Store(set)
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
-	}
-	for name, p := range byName {
-		h.single[name] = newRoute([]limiter.Policy{p})
-		h.counters[name] = &policyCounters{
-			allowed: m.decisions.WithLabelValues(name, ResultAllowed),
-			limited: m.decisions.WithLabelValues(name, ResultLimited),
-			shadow:  m.decisions.WithLabelValues(name, ResultShadowLimited),
-		}
 	}
 	if o.AdminKey != "" {
 		sum := adminDigest(o.AdminKey)
 		h.adminKey = &sum
+	}
+	if o.Reloader != nil {
+		o.Reloader.h.Store(h)
 	}
 	return h, nil
 }

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
-	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -68,7 +67,10 @@ func (h *handler) observe(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	h.metrics.requests.WithLabelValues(route, strconv.Itoa(status/100)+"xx").Inc()
+	h.metrics.requests.WithLabelValues(route, codeClass(status)).Inc()
+	if !h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
+		return // no access log: skip building the line
+	}
 	attrs := make([]slog.Attr, 0, 6)
 	attrs = append(attrs,
 		slog.String("method", c.Request.Method),

@@ -120,10 +120,9 @@ func userIDHeader(c *gin.Context) (int64, string, bool) {
 	return 0, "", false
 }
 
-// readObject reads a JSON object body of at most MaxBodyBytes. It answers
-// 413 for a larger body and 400 for an empty or unparsable one (trailing
-// data included) or one that is not an object.
-func readObject(c *gin.Context) (map[string]json.RawMessage, bool) {
+// readBody reads a non-empty body of at most MaxBodyBytes. It answers 413
+// for a larger body and 400 for an empty or unreadable one.
+func readBody(c *gin.Context) ([]byte, bool) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -136,6 +135,17 @@ func readObject(c *gin.Context) (map[string]json.RawMessage, bool) {
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
 		abortProblem(c, http.StatusBadRequest, "the body is empty; send a JSON object")
+		return nil, false
+	}
+	return body, true
+}
+
+// readObject reads a JSON object body of at most MaxBodyBytes. It answers
+// 413 for a larger body and 400 for an empty or unparsable one (trailing
+// data included) or one that is not an object.
+func readObject(c *gin.Context) (map[string]json.RawMessage, bool) {
+	body, ok := readBody(c)
+	if !ok {
 		return nil, false
 	}
 	var obj map[string]json.RawMessage

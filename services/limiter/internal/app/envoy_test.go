@@ -1,0 +1,220 @@
+package app
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+)
+
+// envoyRules is the envoy package's fixture folder.
+var envoyRules = filepath.Join("..", "envoy", "testdata", "rules")
+
+// grpcClient serves a's gRPC API on a loopback port until the test ends and
+// returns a connection to it.
+func grpcClient(t *testing.T, a *App) *grpc.ClientConn {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.ServeGRPC(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		assert.NoError(t, <-done, "a clean graceful stop")
+	})
+	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
+// request is a RateLimitRequest for one customer of the edge domain.
+func request(customer string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "customer", Value: customer}},
+	}}}
+}
+
+// postJSON sends body to POST /json on srv.
+func postJSON(t *testing.T, srv *httptest.Server, body string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/json", "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, data
+}
+
+// TestJSONAnswersLikeGRPC sends the same requests (for two customers, so
+// each has a fresh counter) over gRPC and POST /json: the answers are equal,
+// and both count in the same decision metrics.
+func TestJSONAnswersLikeGRPC(t *testing.T) {
+	clock := limitertest.NewClock(t0)
+	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules, "--grpc-addr=127.0.0.1:0"), clock)
+	client := rlsv3.NewRateLimitServiceClient(grpcClient(t, a))
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+
+	for i := 1; i <= 4; i++ {
+		viaGRPC, err := client.ShouldRateLimit(context.Background(), request("over-grpc"))
+		require.NoError(t, err)
+		body, err := protojson.Marshal(request("over-json"))
+		require.NoError(t, err)
+		resp, data := postJSON(t, srv, string(body))
+		var viaJSON rlsv3.RateLimitResponse
+		require.NoError(t, protojson.Unmarshal(data, &viaJSON), string(data))
+		assert.True(t, proto.Equal(viaGRPC, &viaJSON), "request %d:\ngrpc %v\njson %v", i, viaGRPC, &viaJSON)
+
+		want, retry := http.StatusOK, ""
+		if i == 4 {
+			want, retry = http.StatusTooManyRequests, "15"
+		}
+		assert.Equal(t, want, resp.StatusCode, "request %d", i)
+		assert.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+		assert.Equal(t, retry, resp.Header.Get("Retry-After"))
+		assert.Equal(t, `"edge.customer";q=3;w=60`, resp.Header.Get("RateLimit-Policy"))
+	}
+	metrics, err := http.Get(srv.URL + "/metrics")
+	require.NoError(t, err)
+	text, err := io.ReadAll(metrics.Body)
+	require.NoError(t, err)
+	require.NoError(t, metrics.Body.Close())
+	assert.Contains(t, string(text), `tollgate_decisions_total{policy="edge.customer",result="allowed"} 6`)
+	assert.Contains(t, string(text), `tollgate_decisions_total{policy="edge.customer",result="limited"} 2`)
+}
+
+func TestJSONRefusesBadBodies(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules), limitertest.NewClock(t0))
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		name, body string
+		want       int
+		detail     string
+	}{
+		{"not json", `{"domain":`, http.StatusBadRequest, "not a RateLimitRequest"},
+		{"unknown field", `{"domain":"edge","descriptors":[],"extra":1}`, http.StatusBadRequest, "not a RateLimitRequest"},
+		{"no descriptors", `{"domain":"edge","descriptors":[]}`, http.StatusBadRequest, "descriptor list must not be empty"},
+		{"empty", ``, http.StatusBadRequest, "body is empty"},
+		{"too large", `{"domain":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`, http.StatusRequestEntityTooLarge, "larger than"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			resp, data := postJSON(t, srv, tt.body)
+			assert.Equal(t, tt.want, resp.StatusCode)
+			assert.Equal(t, httpapi.ProblemContentType, resp.Header.Get("Content-Type"))
+			var p httpapi.Problem
+			require.NoError(t, json.Unmarshal(data, &p), string(data))
+			assert.Contains(t, p.Detail, tt.detail)
+		})
+	}
+	resp, data := postJSON(t, srv, `{"domain":"nowhere","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`)
+	assert.Equal(t, http.StatusOK, resp.StatusCode, "an unknown domain is OK")
+	assert.JSONEq(t, `{"overallCode":"OK","statuses":[{"code":"OK"}]}`, string(data))
+}
+
+func TestNoEnvoyAPIUnlessAskedFor(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory"), limitertest.NewClock(t0))
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	resp, _ := postJSON(t, srv, `{"domain":"edge","descriptors":[{"entries":[{"key":"a","value":"b"}]}]}`)
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	require.ErrorIs(t, a.ServeGRPC(context.Background(), ln), errNoEnvoy)
+}
+
+func TestBadEnvoyConfigFailsTheStart(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a.yaml"), []byte("domain: shop\n"), 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: shop\n"), 0o600))
+	_, err := New(context.Background(), load(t, "--store=memory", "--envoy-config", dir))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yaml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+" (line 1)", err.Error())
+
+	clash := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(clash, "c.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600))
+	yaml := filepath.Join(t.TempDir(), "limiter.yaml")
+	require.NoError(t, os.WriteFile(yaml, []byte("policies:\n  d.k: {algorithm: fixed_window, limit: 1, window: 1s}\n"), 0o600))
+	_, err = New(context.Background(), load(t, "--store=memory", "--config", yaml, "--envoy-config", clash))
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "policies.d.k: an Envoy descriptor in "+clash+" derives the same policy name")
+}
+
+func TestPruneCoversEnvoyPolicies(t *testing.T) {
+	clock := limitertest.NewClock(t0)
+	a := newApp(t, load(t, "--sqlite-path", filepath.Join(t.TempDir(), "e.db"), "--envoy-config", envoyRules), clock)
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	resp, _ := postJSON(t, srv, `{"domain":"platform","descriptors":[{"entries":[{"key":"api_key","value":"k"}]}]}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	clock.Advance(2 * time.Minute)
+	n, err := a.Prune(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), n, "the sliding_log event of platform.api_key")
+}
+
+// TestRunServesGRPCAndStopsBoth runs the whole service with --grpc-addr: the
+// listening line names both addresses, health answers SERVING, and a
+// cancelled context stops both servers cleanly.
+func TestRunServesGRPCAndStopsBoth(t *testing.T) {
+	cfg := load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--envoy-config", envoyRules, "--log-format=json")
+	pr, pw := io.Pipe()
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- Run(ctx, cfg, WithLogger(NewLogger(cfg, pw)))
+		_ = pw.Close()
+	}()
+	lines := bufio.NewScanner(pr)
+	require.True(t, lines.Scan())
+	var listening struct {
+		Msg, Addr string
+		GRPCAddr  string `json:"grpc_addr"`
+	}
+	require.NoError(t, json.Unmarshal(lines.Bytes(), &listening), lines.Text())
+	require.Equal(t, "listening", listening.Msg)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	conn, err := grpc.NewClient(listening.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, health.GetStatus())
+	answer, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), request("run"))
+	require.NoError(t, err)
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
+	resp, err := http.Get("http://" + listening.Addr + "/healthz")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+
+	stop()
+	require.NoError(t, <-done)
+	_, err = net.Dial("tcp", listening.GRPCAddr)
+	assert.Error(t, err, "the gRPC listener is closed")
+}

@@ -1,0 +1,200 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/memstore"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+// fallback is a limiter.Store that passes every call to its primary store
+// and, when the primary cannot decide, answers as each policy's
+// on_store_error says:
+//
+//   - fail_closed (the default): the error goes back, the handler answers 503;
+//   - fail_open: Allow allows without counting anything (the decision says
+//     the whole limit remains); Peek still fails, it has nothing honest to
+//     report;
+//   - local: Allow and Peek go to an in-process memory store holding the
+//     same policy, so each instance limits on its own until the primary is
+//     back. What the primary counted before the outage is not known there.
+//
+// "Cannot decide" means an error wrapping limiter.ErrUnavailable or a
+// deadline that expired while the caller was still waiting; bad input, a
+// closed store and a caller that gave up are never covered. The primary
+// bounds each call (redisstore's timeout, and its breaker fails fast while
+// open), so a fallback answer comes within that bound.
+//
+// It logs one line when the primary starts failing and one when it answers
+// again, however many calls see the change. It is safe for concurrent use.
+type fallback struct {
+	primary limiter.Store
+	local   *memstore.Store // nil when no policy is local
+	modes   map[string]config.StoreErrorMode
+	locals  []limiter.Policy              // the local policies, for Prune
+	used    map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
+	log     *slog.Logger
+
+	calls atomic.Uint64 // tickets handed to calls in the order they start
+	down  atomic.Bool   // the primary's last news: failing
+	mu    sync.Mutex    // serialises changes of down
+	since uint64        // ticket of the call whose outcome last changed down
+}
+
+var _ limiter.Store = (*fallback)(nil)
+
+// newFallback wraps primary for policies, with the modes cfg gives them, and
+// registers tollgate_store_fallback_total{policy,mode} on reg (one child per
+// fail_open or local policy). cfg.MemoryMaxKeys bounds the local memory
+// store, created only when some policy is local.
+func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Policy, reg prometheus.Registerer, log *slog.Logger) (*fallback, error) {
+	used := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_store_fallback_total",
+		Help: "Decisions made without the store because it could not decide, by policy and on_store_error mode (fail_open: allowed uncounted; local: decided by this instance alone).",
+	}, []string{"policy", "mode"})
+	if err := reg.Register(used); err != nil {
+		return nil, errors.Join(errors.New("app: register fallback metric"), err)
+	}
+	f := &fallback{
+		primary: primary,
+		modes:   make(map[string]config.StoreErrorMode, len(policies)),
+		used:    make(map[string]prometheus.Counter, len(policies)),
+		log:     log,
+	}
+	for _, p := range policies {
+		m := cfg.StoreErrorModeOf(p.Name)
+		f.modes[p.Name] = m
+		if m == config.FailClosed {
+			continue
+		}
+		f.used[p.Name] = used.WithLabelValues(p.Name, string(m))
+		if m == config.Local {
+			f.locals = append(f.locals, p)
+		}
+	}
+	if len(f.locals) > 0 {
+		f.local = memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys))
+	}
+	return f, nil
+}
+
+// storeFailed reports whether err says the store could not decide, as
+// opposed to bad input, a closed store or a caller that gave up (ctx done).
+func storeFailed(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil &&
+		(errors.Is(err, limiter.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded))
+}
+
+// observe records the outcome err of the primary call that got ticket and
+// reports whether the primary failed. It logs when the state changes; a call
+// that started before the call which last changed the state is old news and
+// changes nothing, so concurrent calls straddling a change do not flap.
+func (f *fallback) observe(ctx context.Context, ticket uint64, err error) bool {
+	failed := storeFailed(ctx, err)
+	if err != nil && !failed {
+		return false // says nothing about the store's health
+	}
+	if f.down.Load() == failed {
+		return failed
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if ticket < f.since || f.down.Load() == failed {
+		return failed
+	}
+	f.down.Store(failed)
+	f.since = ticket
+	if failed {
+		f.log.Warn("store degraded: decisions follow each policy's on_store_error until it answers again", "error", err.Error())
+	} else {
+		f.log.Info("store recovered: decisions come from the store again")
+	}
+	return failed
+}
+
+// Allow decides on the primary, or as p's mode says when it cannot.
+func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
+	ticket := f.calls.Add(1)
+	d, err := f.primary.Allow(ctx, p, r)
+	if !f.observe(ctx, ticket, err) {
+		return d, err
+	}
+	switch f.modes[p.Name] {
+	case config.FailOpen:
+		f.used[p.Name].Inc()
+		return limiter.Decision{Allowed: true, Limit: p.Limit, Remaining: p.Limit, WindowStart: r.Now}, nil
+	case config.Local:
+		f.used[p.Name].Inc()
+		return f.local.Allow(ctx, p, r)
+	}
+	return d, err
+}
+
+// Peek reads the primary, or the local store for a local policy when the
+// primary cannot answer.
+func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
+	ticket := f.calls.Add(1)
+	d, err := f.primary.Peek(ctx, p, k, now)
+	if f.observe(ctx, ticket, err) && f.modes[p.Name] == config.Local {
+		return f.local.Peek(ctx, p, k, now)
+	}
+	return d, err
+}
+
+// Reset forgets k on the primary and, for a local policy, in the local store
+// too; it returns the records removed from both and the primary's error.
+func (f *fallback) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
+	return f.reset(ctx, p, func(s limiter.Store) (int64, error) { return s.Reset(ctx, p, k) })
+}
+
+// ResetSubject is Reset for every scope of subject.
+func (f *fallback) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
+	return f.reset(ctx, p, func(s limiter.Store) (int64, error) { return s.ResetSubject(ctx, p, subject) })
+}
+
+func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.Store) (int64, error)) (int64, error) {
+	ticket := f.calls.Add(1)
+	n, err := on(f.primary)
+	f.observe(ctx, ticket, err)
+	if f.modes[p.Name] == config.Local {
+		m, lerr := on(f.local)
+		n, err = n+m, errors.Join(err, lerr)
+	}
+	return n, err
+}
+
+// Prune prunes the primary and the local store.
+func (f *fallback) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
+	n, err := f.primary.Prune(ctx, now, policies)
+	if f.local != nil {
+		m, lerr := f.local.Prune(ctx, now, f.locals)
+		n, err = n+m, errors.Join(err, lerr)
+	}
+	return n, err
+}
+
+// Ping pings the primary: /readyz fails while it cannot decide, whatever the
+// policies' modes, so that operators and load balancers see the outage.
+func (f *fallback) Ping(ctx context.Context) error {
+	ticket := f.calls.Add(1)
+	err := f.primary.Ping(ctx)
+	f.observe(ctx, ticket, err)
+	return err
+}
+
+// Close closes the primary and the local store.
+func (f *fallback) Close() error {
+	err := f.primary.Close()
+	if f.local != nil {
+		err = errors.Join(err, f.local.Close())
+	}
+	return err
+}

@@ -1,0 +1,147 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"reflect"
+	"slices"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+// Reload outcomes, the values of tollgate_config_reloads_total's result
+// label.
+const (
+	reloadSucceeded = "success"
+	reloadFailed    = "failure"
+)
+
+// errNoReloadSource is returned by Reload when the app was built without
+// WithReload.
+var errNoReloadSource = errors.New("app: reload: no configuration source (see WithReload)")
+
+// WithReload lets the app reload its policies and routes: load returns the
+// whole configuration read again (main passes config.Load with the
+// process's arguments and environment), and each value received on signals
+// (main sends SIGHUP there; nil: none) calls Reload.
+func WithReload(load func() (config.Config, error), signals <-chan os.Signal) Option {
+	return func(a *App) { a.load, a.reloadSignals = load, signals }
+}
+
+// newReloadsCounter creates tollgate_config_reloads_total{result}.
+func newReloadsCounter() *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "tollgate_config_reloads_total",
+		Help: "Reloads of the policies and routes (SIGHUP), by result: success, or failure (the running policies stay).",
+	}, []string{"result"})
+	c.WithLabelValues(reloadSucceeded)
+	c.WithLabelValues(reloadFailed)
+	return c
+}
+
+// policiesOf returns cfg's policies sorted by name, warning about any
+// policy that protects nothing.
+func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
+	ps := make([]limiter.Policy, 0, len(cfg.Policies))
+	for _, n := range slices.Sorted(maps.Keys(cfg.Policies)) {
+		p := cfg.Policies[n]
+		ps = append(ps, p)
+		if p.Algorithm == limiter.SlidingLogUnsafe {
+			a.log.Warn("UNSAFE policy: sliding_log_unsafe checks then records in two separate steps and over-admits under concurrency; it exists to demonstrate the race, never use it to protect anything", "policy", p.Name)
+		}
+	}
+	return ps
+}
+
+// currentPolicies returns the policies in force.
+func (a *App) currentPolicies() []limiter.Policy {
+	a.policiesMu.Lock()
+	defer a.policiesMu.Unlock()
+	return a.policies
+}
+
+// Reload reads the configuration again and replaces the policies and routes
+// without dropping a request: the new set is validated completely (the
+// configuration's own checks, then a probe that the store can decide every
+// policy), then swapped in atomically; requests in flight finish on the
+// policies they started with. On any error the running policies stay, and
+// the error is logged as one line naming the field. Other settings (addr,
+// store, ...) need a restart: a warning lists those that changed. Reload
+// is what SIGHUP calls; it is safe for concurrent use (reloads run one at
+// a time).
+func (a *App) Reload(ctx context.Context) error {
+	a.reloading.Lock()
+	defer a.reloading.Unlock()
+	cfg, err := a.reload(ctx)
+	if err != nil {
+		a.reloads.WithLabelValues(reloadFailed).Inc()
+		a.log.Error("reload refused; the running policies stay", "error", err.Error())
+		return err
+	}
+	a.reloads.WithLabelValues(reloadSucceeded).Inc()
+	a.log.Info("reloaded", "policies", config.PoliciesLogValue(cfg.Policies), "routes", cfg.RoutePolicies)
+	if changed := restartSettings(a.cfg, cfg); len(changed) > 0 {
+		a.log.Warn("reload: these settings changed but apply only after a restart", "settings", changed)
+	}
+	return nil
+}
+
+func (a *App) reload(ctx context.Context) (config.Config, error) {
+	if a.load == nil {
+		return config.Config{}, errNoReloadSource
+	}
+	cfg, err := a.load()
+	if err != nil {
+		return cfg, err
+	}
+	policies := a.policiesOf(cfg)
+	if err := a.probe(ctx, policies); err != nil {
+		return cfg, err
+	}
+	err = a.reloader.Reload(policies, cfg.RoutePolicies[config.RoutePing], cfg.RoutePolicies[config.RouteCheck])
+	if err != nil {
+		return cfg, fmt.Errorf("app: reload: %w", err)
+	}
+	a.policiesMu.Lock()
+	a.policies = policies
+	a.policiesMu.Unlock()
+	return cfg, nil
+}
+
+// reloadLoop calls Reload for each signal until ctx is done.
+func (a *App) reloadLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.reloadSignals:
+			_ = a.Reload(ctx) // logged by Reload
+		}
+	}
+}
+
+// restartSettings names the fields of config.Config, other than the
+// policies and routes that Reload applies, whose values differ between
+// running and loaded. It compares every field by reflection, so a setting
+// added later is covered without a list to keep up to date. Only names are
+// returned: values may be secrets.
+func restartSettings(running, loaded config.Config) []string {
+	rv, lv := reflect.ValueOf(running), reflect.ValueOf(loaded)
+	var changed []string
+	for i := range rv.NumField() {
+		f := rv.Type().Field(i)
+		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" {
+			continue
+		}
+		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {
+			changed = append(changed, f.Name)
+		}
+	}
+	return changed
+}

@@ -1,0 +1,63 @@
+package envoy
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
+	"github.com/tollgate/tollgate/pkg/limiter/memstore"
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+)
+
+// requests returns n requests for the edge domain, each for its own
+// customer, so that the store keeps n counters.
+func requests(n int) []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, n)
+	for i := range reqs {
+		reqs[i] = &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("customer", "c"+strconv.Itoa(i))}}
+	}
+	return reqs
+}
+
+// BenchmarkServiceMemory is one ShouldRateLimit call in process (matching,
+// the memory store, the answer and its headers), over 4096 customers.
+func BenchmarkServiceMemory(b *testing.B) {
+	m, err := httpapi.NewMetrics(prometheus.NewRegistry())
+	require.NoError(b, err)
+	store := memstore.New()
+	b.Cleanup(func() { _ = store.Close() })
+	svc, err := New(Options{Rules: fixtures(b), Store: store, StoreName: "memory", Clock: limitertest.NewClock(t0), Metrics: m})
+	require.NoError(b, err)
+	reqs := requests(4096)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := svc.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+// BenchmarkGRPCLoopback is the same call through a real gRPC client and
+// server on a loopback port.
+func BenchmarkGRPCLoopback(b *testing.B) {
+	store := memstore.New()
+	b.Cleanup(func() { _ = store.Close() })
+	s := serve(b, fixtures(b), store)
+	reqs := requests(4096)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if _, err := s.client.ShouldRateLimit(context.Background(), reqs[i%len(reqs)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}

@@ -1,0 +1,103 @@
+package envoy
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"net/url"
+	"strings"
+
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
+
+// Match finds the limit of one request descriptor in domain, as
+// envoyproxy/ratelimit does: the descriptor's entries walk the tree one level
+// each, and at each level the most specific descriptor of the entry's key
+// wins: an exact value, else the matching wildcard with the most literal
+// text (file order between equals), else the key without value. The walk
+// does not backtrack. The limit applies only when the last entry lands on a
+// descriptor with a rate_limit; otherwise (unknown domain, no match, a
+// deeper or shallower tree) Match returns nil.
+//
+// The key is the counter of the request: its entries as key=value pairs
+// (for a share_threshold wildcard, the pattern instead of the value), so two
+// clients with different values get different counters.
+func (r *Rules) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor_Entry) (*Limit, limiter.Key) {
+	lv := r.domains[domain]
+	var n *node
+	var subject strings.Builder
+	for i, e := range entries {
+		if lv == nil {
+			return nil, limiter.Key{}
+		}
+		b := lv[e.GetKey()]
+		if b == nil {
+			return nil, limiter.Key{}
+		}
+		n = b.find(e.GetValue())
+		if n == nil {
+			return nil, limiter.Key{}
+		}
+		value := e.GetValue()
+		if n.share {
+			value = n.value
+		}
+		if i > 0 {
+			subject.WriteByte('&')
+		}
+		subject.WriteString(url.QueryEscape(e.GetKey()))
+		subject.WriteByte('=')
+		subject.WriteString(url.QueryEscape(value))
+		lv = n.next
+	}
+	if n == nil || n.limit == nil {
+		return nil, limiter.Key{}
+	}
+	return n.limit, limiter.Key{Subject: boundedSubject(subject.String())}
+}
+
+// boundedSubject keeps a key within limiter.MaxKeyLen: a longer one is
+// replaced by its SHA-256 digest (the prefix keeps it apart from any short
+// key, which always holds '=').
+func boundedSubject(s string) string {
+	if len(s) <= limiter.MaxKeyLen {
+		return s
+	}
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// find returns the descriptor of this key that matches value best, or nil.
+func (b *branch) find(value string) *node {
+	if n := b.exact[value]; n != nil {
+		return n
+	}
+	for _, w := range b.wildcards {
+		if globMatch(w.parts, value) {
+			return w
+		}
+	}
+	return b.any
+}
+
+// globMatch reports whether s matches the pattern split on '*' into parts:
+// s starts with the first part, ends with the last, and holds the middle
+// ones in order, each '*' standing for any run of characters, empty
+// included. Greedy leftmost matching of the middle parts is exact for this
+// kind of pattern.
+func globMatch(parts []string, s string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(s) < len(first)+len(last) || !strings.HasPrefix(s, first) || !strings.HasSuffix(s, last) {
+		return false
+	}
+	rest := s[len(first) : len(s)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}

@@ -1,0 +1,232 @@
+package envoy
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+func TestFixturesBecomePolicies(t *testing.T) {
+	r := fixtures(t)
+	assert.Equal(t, []string{"edge", "messaging", "platform"}, r.Domains())
+	byName := map[string]limiter.Policy{}
+	for _, p := range r.Policies() {
+		require.NoError(t, p.Validate())
+		byName[p.Name] = p
+	}
+	assert.Equal(t, limiter.Policy{Name: "messaging.message_type_marketing.to", Algorithm: limiter.FixedWindow, Limit: 2, Window: 24 * time.Hour},
+		byName["messaging.message_type_marketing.to"])
+	assert.Equal(t, limiter.Policy{Name: "platform.api_key", Algorithm: limiter.SlidingLog, Limit: 5, Window: time.Minute},
+		byName["platform.api_key"])
+	assert.Equal(t, limiter.Policy{Name: "platform.tenant.plan_free", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second, Shadow: true},
+		byName["platform.tenant.plan_free"])
+	assert.NotContains(t, byName, "edge.customer_banned", "a blocking limit never reaches the store")
+	assert.NotContains(t, byName, "platform.internal", "nor does an unlimited one")
+	assert.Len(t, byName, 12)
+}
+
+func TestUnitsMapToWholeSecondWindows(t *testing.T) {
+	for name, want := range map[string]struct {
+		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		window time.Duration
+	}{
+		"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
+		"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
+		"Hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
+		"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 86400 * time.Second},
+		"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 86400 * time.Second},
+		"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 86400 * time.Second},
+		"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 86400 * time.Second},
+	} {
+		r := NewRules()
+		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+name+", requests_per_unit: 7}\n")))
+		l, key := r.Match("d", entries("k", "v").GetEntries())
+		require.NotNil(t, l, name)
+		assert.Equal(t, want.unit, l.Unit, name)
+		assert.Equal(t, want.window, l.Policy.Window, name)
+		assert.Equal(t, limiter.Key{Subject: "k=v"}, key)
+	}
+}
+
+// TestKeysAreTheEntries checks that a key names every entry and that values
+// that could be confused after joining stay apart.
+func TestKeysAreTheEntries(t *testing.T) {
+	r := NewRules()
+	require.NoError(t, r.Add("k.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n")))
+	_, k1 := r.Match("d", entries("a", "x&b=y", "b", "z").GetEntries())
+	_, k2 := r.Match("d", entries("a", "x", "b", "y&b=z").GetEntries())
+	assert.Equal(t, "a=x%26b%3Dy&b=z", k1.Subject)
+	assert.NotEqual(t, k1, k2)
+	_, long := r.Match("d", entries("a", strings.Repeat("é", 600), "b", "z").GetEntries())
+	assert.True(t, strings.HasPrefix(long.Subject, "sha256:"), long.Subject)
+	require.NoError(t, long.Validate())
+}
+
+func TestPolicyNamesAreHeaderSafe(t *testing.T) {
+	assert.Equal(t, "shop.user_alice.path", policyName([]string{"shop", "user_alice", "path"}))
+	for _, parts := range [][]string{
+		{"shop", "user_élise"},
+		{"shop", strings.Repeat("p", 200)},
+		{"shop", "tab\there"},
+	} {
+		name := policyName(parts)
+		assert.LessOrEqual(t, len(name), 128, name)
+		for i := 0; i < len(name); i++ {
+			assert.True(t, name[i] >= 0x20 && name[i] <= 0x7e, "%q", name)
+		}
+		assert.Equal(t, name, policyName(parts), "deterministic")
+	}
+	assert.NotEqual(t, policyName([]string{"s", strings.Repeat("p", 200) + "a"}), policyName([]string{"s", strings.Repeat("p", 200) + "b"}),
+		"two long names that share their prefix stay apart")
+}
+
+func TestMalformedFilesAreOneLineErrors(t *testing.T) {
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"not yaml", "domain: [", `envoy: f.yaml: not valid YAML: yaml: line 1: did not find expected node content`},
+		{"empty file", "", `envoy: f.yaml: domain: is required (the file is empty)`},
+		{"no domain", "descriptors: []\n", `envoy: f.yaml: domain: is required and must not be empty (line 1)`},
+		{"unknown root key", "domain: d\nlimits: []\n", `envoy: f.yaml: limits: unknown key (want one of descriptors, domain) (line 2)`},
+		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", `envoy: f.yaml: descriptors: must be a list of descriptors (line 2)`},
+		{"no key", "domain: d\ndescriptors:\n  - value: a\n", `envoy: f.yaml: descriptors[0].key: is required and must not be empty (line 3)`},
+		{"bad unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.unit: "fortnight" is not one of second, minute, hour, day, week, month, year (line 4)`},
+		{"no requests", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: is required (line 4)`},
+		{"negative requests", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: -1}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: -1 is outside 0..2147483648 (line 4)`},
+		{"requests not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: many}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: must be an integer (line 4)`},
+		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.algorithm: unknown algorithm "leaky" (want one of fixed_window, sliding_log, sliding_window, token_bucket) (line 4)`},
+		{"unsafe algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log_unsafe}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.algorithm: sliding_log_unsafe over-admits on purpose and never protects anything (line 4)`},
+		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit: an unlimited rate_limit takes no unit nor requests_per_unit (line 4)`},
+		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    limit: 3\n",
+			`envoy: f.yaml: descriptors[0].limit: unknown key (want one of descriptors, detailed_metric, key, metadata, quota_mode, rate_limit, shadow_mode, share_threshold, value, value_to_metric) (line 4)`},
+		{"quota mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
+			`envoy: f.yaml: descriptors[0].quota_mode: is not supported by Tollgate: quota mode needs quota-aware counting (line 4)`},
+		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: x\n  - key: a\n    value: x\n",
+			`envoy: f.yaml: descriptors[1]: key "a" with value "x" is already defined at descriptors[0] (line 5)`},
+		{"same policy name", "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`envoy: f.yaml: descriptors[1].rate_limit: its policy name "d.a_b" is already used by descriptors[0].rate_limit (line 7)`},
+		{"share without wildcard", "domain: d\ndescriptors:\n  - key: a\n    value: x\n    share_threshold: true\n",
+			`envoy: f.yaml: descriptors[0].share_threshold: needs a wildcard value (containing '*') (line 3)`},
+		{"replaces itself", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {name: n, unit: second, requests_per_unit: 1, replaces: [{name: n}]}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.replaces: must not name this rate limit itself ("n") (line 4)`},
+		{"token bucket too fine", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2000000000, algorithm: token_bucket}\n",
+			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: token_bucket needs at least 1ns between tokens; 2000000000 per 1s is too many (line 4)`},
+		{"too deep", "domain: d\ndescriptors:\n" + nested(MaxDepth+1),
+			`envoy: f.yaml: descriptors` + strings.Repeat("[0].descriptors", MaxDepth) + `: descriptors are nested deeper than 16 levels (line 35)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := NewRules()
+			err := r.Add("f.yaml", []byte(tt.yaml))
+			require.Error(t, err)
+			assert.Equal(t, tt.want, err.Error())
+			assert.NotContains(t, err.Error(), "\n")
+			assert.ErrorIs(t, err, config.ErrInvalid)
+			assert.Empty(t, r.Domains(), "a failed file adds nothing")
+		})
+	}
+}
+
+// nested returns depth levels of descriptors, each holding the next.
+func nested(depth int) string {
+	var b strings.Builder
+	for i := range depth {
+		pad := strings.Repeat("    ", i)
+		b.WriteString(pad + "  - key: k\n")
+		if i < depth-1 {
+			b.WriteString(pad + "    descriptors:\n")
+		}
+	}
+	return b.String()
+}
+
+func TestLoadDir(t *testing.T) {
+	write := func(dir, name, text string) {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600))
+	}
+	t.Run("duplicate domain across files", func(t *testing.T) {
+		dir := t.TempDir()
+		write(dir, "a.yaml", "domain: shop\n")
+		write(dir, "b.yml", "domain: shop\n")
+		_, err := LoadDir(dir)
+		require.ErrorIs(t, err, config.ErrInvalid)
+		assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+" (line 1)", err.Error())
+	})
+	t.Run("other files are skipped", func(t *testing.T) {
+		dir := t.TempDir()
+		write(dir, "a.yaml", "domain: one\n")
+		write(dir, ".hidden.yaml", "not: [valid\n")
+		write(dir, "notes.txt", "not: [valid\n")
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700))
+		r, err := LoadDir(dir)
+		require.NoError(t, err)
+		assert.Equal(t, []string{"one"}, r.Domains())
+	})
+	t.Run("missing folder", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "nope")
+		_, err := LoadDir(dir)
+		require.ErrorIs(t, err, config.ErrInvalid)
+		assert.Equal(t, "envoy: "+dir+": cannot read the folder: no such file or directory", err.Error())
+	})
+	t.Run("file too large", func(t *testing.T) {
+		dir := t.TempDir()
+		write(dir, "big.yaml", "domain: big\n#"+strings.Repeat("x", MaxFileBytes))
+		_, err := LoadDir(dir)
+		require.ErrorIs(t, err, config.ErrInvalid)
+		assert.Contains(t, err.Error(), "big.yaml: larger than 4194304 bytes")
+	})
+}
+
+// FuzzRulesAdd feeds arbitrary files to the loader: it never panics, and what
+// it accepts gives valid, header-safe, unique policies that Match can use.
+func FuzzRulesAdd(f *testing.F) {
+	for _, name := range []string{"edge.yaml", "messaging.yaml", "platform.yaml"} {
+		data, err := os.ReadFile(filepath.Join("testdata", "rules", name))
+		require.NoError(f, err)
+		f.Add(data, "customer", "trial-1")
+	}
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: '*x*'\n    rate_limit: {unit: day, requests_per_unit: 0}\n"), "a", "xx")
+	f.Add([]byte("domain: &a d\ndescriptors: *a\n"), "a", "")
+	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
+		r := NewRules()
+		err := r.Add("fuzz.yaml", data)
+		if err != nil {
+			var ce *ConfigError
+			require.True(t, errors.As(err, &ce), "%T %v", err, err)
+			assert.NotContains(t, err.Error(), "\n")
+			return
+		}
+		seen := map[string]bool{}
+		for _, p := range r.Policies() {
+			require.NoError(t, p.Validate())
+			require.False(t, seen[p.Name], "policy %q twice", p.Name)
+			seen[p.Name] = true
+			for i := 0; i < len(p.Name); i++ {
+				require.True(t, p.Name[i] >= 0x20 && p.Name[i] <= 0x7e, "%q", p.Name)
+			}
+		}
+		for _, d := range r.Domains() {
+			if l, k := r.Match(d, entries(key, value).GetEntries()); l != nil && l.stored() {
+				require.NoError(t, k.Validate())
+				require.True(t, seen[l.Policy.Name])
+			}
+		}
+	})
+}

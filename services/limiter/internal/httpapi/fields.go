@@ -1,0 +1,54 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
+
+// The rate-limit header fields, in the canonical form net/http gives them
+// (what Header.Set would store and what goes on the wire), so that the hot
+// path assigns them without canonicalising each key again.
+const (
+	fieldPolicy    = "Ratelimit-Policy"
+	fieldRateLimit = "Ratelimit"
+	fieldLimit     = "X-Ratelimit-Limit"
+	fieldRemaining = "X-Ratelimit-Remaining"
+	fieldReset     = "X-Ratelimit-Reset"
+)
+
+// setLimitFields sets the RateLimit-Policy field to policyHeader and, when
+// d is not nil, the RateLimit and X-RateLimit-* fields for policy name's
+// decision d. The values share one allocation.
+func setLimitFields(hd http.Header, policyHeader, name string, d *limiter.Decision) {
+	if d == nil {
+		hd[fieldPolicy] = []string{policyHeader}
+		return
+	}
+	v := [...]string{
+		policyHeader,
+		RateLimitHeader(name, *d),
+		strconv.FormatInt(d.Limit, 10),
+		strconv.FormatInt(d.Remaining, 10),
+		strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10),
+	}
+	vals := v[:] // one backing array for the five one-value slices
+	hd[fieldPolicy] = vals[0:1:1]
+	hd[fieldRateLimit] = vals[1:2:2]
+	hd[fieldLimit] = vals[2:3:3]
+	hd[fieldRemaining] = vals[3:4:4]
+	hd[fieldReset] = vals[4:5:5]
+}
+
+// codeClasses are the code_class label values, by status/100.
+var codeClasses = [...]string{"0xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// codeClass returns the code_class label of status ("2xx"), without
+// formatting it for the statuses HTTP defines.
+func codeClass(status int) string {
+	if i := status / 100; i >= 0 && i < len(codeClasses) {
+		return codeClasses[i]
+	}
+	return strconv.Itoa(status/100) + "xx"
+}
