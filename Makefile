@@ -60,8 +60,8 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s)
 
 BENCHTIME ?= 1s
 .PHONY: bench
-bench: ## library benchmarks (benchstat-friendly)
-	cd pkg/limiter && $(GO) test -run='^$$' -bench=. -benchmem -benchtime=$(BENCHTIME) ./...
+bench: build ## library benchmarks, then every store against a bare Gin handler over HTTP (docs/benchmarks.md)
+	BENCHTIME=$(BENCHTIME) scripts/bench.sh $(BIN)
 
 .PHONY: clean
 clean: ## remove built binaries

@@ -38,6 +38,7 @@ type options struct {
 	rate, maxRate, keys    int
 	duration, step, maxP99 time.Duration
 	storeLabel, addr       string
+	bench                  benchOptions
 }
 
 // list is a comma-separated flag value.
@@ -99,6 +100,23 @@ func throughputFlags(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&o.keys, "keys", 10000, "throughput: keys each step rotates over")
 	fs.IntVar(&o.maxWorkers, "max-workers", 1000, "throughput: most vegeta workers per attack")
 	fs.StringVar(&o.storeLabel, "store-label", "unknown", "throughput: the store the target runs on (memory, sqlite, redis), for the report")
+}
+
+func benchFlags(fs *flag.FlagSet, o *options) {
+	b := &o.bench
+	fs.Var(&b.targets, "target", "a server to drive, `NAME=URL[@PID[+PID...]]`; repeat for each (the PIDs' CPU time is the server's cost)")
+	fs.StringVar(&b.baseline, "baseline", "baseline", "the --target NAME the others' rates are compared with (empty: no ratio)")
+	fs.StringVar(&b.policy, "policy", "bench", "the policy every /v1/check asks for; give it a limit no run reaches")
+	fs.IntVar(&b.rounds, "rounds", 3, "rounds; each drives every target once, the order rotating")
+	fs.DurationVar(&b.duration, "duration", 5*time.Second, "length of one target's closed-loop run")
+	fs.IntVar(&b.connections, "connections", 64, "closed-loop clients (keep-alive connections), each sending as soon as answered")
+	fs.IntVar(&b.fixedRate, "fixed-rate", 5000, "requests per second of the latency run after the rounds (0: none)")
+	fs.DurationVar(&b.fixedFor, "fixed-duration", 5*time.Second, "length of one target's fixed-rate run")
+	fs.IntVar(&b.keys, "keys", 10000, "keys each run rotates over, fresh ones per run")
+	fs.DurationVar(&b.timeout, "timeout", 5*time.Second, "timeout of one request")
+	fs.DurationVar(&b.wait, "wait", 0, "wait up to this long for each target's /healthz to answer 200 (0: ask once)")
+	fs.DurationVar(&b.warmup, "warmup", time.Second, "closed-loop run per target before the rounds, not counted (0: none)")
+	fs.StringVar(&b.out, "out", "", "also write the tables to this `FILE`")
 }
 
 func baselineFlags(fs *flag.FlagSet, o *options) {
@@ -174,6 +192,15 @@ var commands = []command{
 			"until SIGINT or SIGTERM. Point throughput at it to measure the ceiling of HTTP + JSON on this machine.",
 		flags: []flagGroup{baselineFlags},
 	},
+	{
+		name:    "bench",
+		summary: "the service against the baseline: closed-loop req/s, latency, server CPU per request",
+		detail: "Drives every --target's POST /v1/check (--policy, rotating --keys) with --connections closed-loop\n" +
+			"clients for --duration, --rounds times, the order rotating each round, after a --warmup run each;\n" +
+			"then each at --fixed-rate for --fixed-duration. Prints Markdown tables: median req/s, the median\n" +
+			"per-round ratio to --baseline, p50/p99, and the CPU time of the target's processes per request.",
+		flags: []flagGroup{benchFlags},
+	},
 }
 
 func usage(w io.Writer) {
@@ -210,6 +237,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case err != nil:
 		return exitUsage
 	}
+	if cmd.name == "bench" {
+		return runBenchCommand(ctx, o.bench, stdout, stderr)
+	}
 	if cmd.name == "baseline" {
 		if err := runBaseline(ctx, o.addr, stdout); err != nil {
 			fmt.Fprintln(stderr, err)
@@ -241,10 +271,15 @@ func parse(cmd command, args []string, stderr io.Writer) (options, error) {
 		fmt.Fprintln(stderr, err)
 		return o, err
 	}
-	if cmd.name == "baseline" {
-		return o, nil
+	var err error
+	switch cmd.name {
+	case "baseline":
+	case "bench":
+		err = o.bench.validate()
+	default:
+		err = o.validate(fs)
 	}
-	if err := o.validate(fs); err != nil {
+	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return o, err
 	}
