@@ -233,10 +233,19 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	require.NoError(t, <-served)
 }
 
-func TestRunLogsAndStops(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "run", "limiter.db")
-	cfg := load(t, "--addr=127.0.0.1:0", "--sqlite-path", path, "--log-format=json")
-	cfg.AdminKey = "run-admin-secret"
+// listening is the start-up log line Run writes, as JSON.
+type listening struct {
+	Msg      string
+	Addr     string
+	GRPCAddr string `json:"grpc_addr"`
+	Config   map[string]any
+}
+
+// runLogged starts Run(cfg) with a JSON logger and returns its first log
+// line (decoded, and as text), and a stop function that cancels the run and
+// returns Run's error. The rest of the log is drained so it never blocks.
+func runLogged(t *testing.T, cfg config.Config) (listening, string, func() error) {
+	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -244,27 +253,30 @@ func TestRunLogsAndStops(t *testing.T) {
 		done <- Run(ctx, cfg, WithLogger(NewLogger(cfg, pw)))
 		_ = pw.Close()
 	}()
-
 	lines := bufio.NewScanner(pr)
 	require.True(t, lines.Scan())
-	var listening struct {
-		Msg    string
-		Addr   string
-		Config map[string]any
-	}
-	require.NoError(t, json.Unmarshal(lines.Bytes(), &listening), lines.Text())
-	assert.Equal(t, "listening", listening.Msg)
-	assert.Equal(t, "set", listening.Config["admin_key"])
-	assert.NotContains(t, lines.Text(), "run-admin-secret")
-	go func() { _, _ = io.Copy(io.Discard, pr) }() // the access log must not block
+	var l listening
+	require.NoError(t, json.Unmarshal(lines.Bytes(), &l), lines.Text())
+	require.Equal(t, "listening", l.Msg)
+	text := lines.Text()
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return l, text, func() error { stop(); return <-done }
+}
 
-	resp, err := http.Get("http://" + listening.Addr + "/healthz")
+func TestRunLogsAndStops(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run", "limiter.db")
+	cfg := load(t, "--addr=127.0.0.1:0", "--sqlite-path", path, "--log-format=json")
+	cfg.AdminKey = "run-admin-secret"
+	l, line, stop := runLogged(t, cfg)
+	assert.Equal(t, "set", l.Config["admin_key"])
+	assert.NotContains(t, line, "run-admin-secret")
+
+	resp, err := http.Get("http://" + l.Addr + "/healthz")
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
 
-	stop()
-	require.NoError(t, <-done)
+	require.NoError(t, stop())
 	_, err = os.Stat(path)
 	assert.NoError(t, err, "the database file was created")
 }

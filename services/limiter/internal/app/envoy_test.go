@@ -1,7 +1,6 @@
 package app
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"io"
@@ -182,25 +181,9 @@ func TestPruneCoversEnvoyPolicies(t *testing.T) {
 // listening line names both addresses, health answers SERVING, and a
 // cancelled context stops both servers cleanly.
 func TestRunServesGRPCAndStopsBoth(t *testing.T) {
-	cfg := load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--envoy-config", envoyRules, "--log-format=json")
-	pr, pw := io.Pipe()
-	ctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, cfg, WithLogger(NewLogger(cfg, pw)))
-		_ = pw.Close()
-	}()
-	lines := bufio.NewScanner(pr)
-	require.True(t, lines.Scan())
-	var listening struct {
-		Msg, Addr string
-		GRPCAddr  string `json:"grpc_addr"`
-	}
-	require.NoError(t, json.Unmarshal(lines.Bytes(), &listening), lines.Text())
-	require.Equal(t, "listening", listening.Msg)
-	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	l, _, stop := runLogged(t, load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--envoy-config", envoyRules, "--log-format=json"))
 
-	conn, err := grpc.NewClient(listening.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient(l.GRPCAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 	defer conn.Close()
 	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{Service: "envoy.service.ratelimit.v3.RateLimitService"})
@@ -209,12 +192,11 @@ func TestRunServesGRPCAndStopsBoth(t *testing.T) {
 	answer, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(context.Background(), request("run"))
 	require.NoError(t, err)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
-	resp, err := http.Get("http://" + listening.Addr + "/healthz")
+	resp, err := http.Get("http://" + l.Addr + "/healthz")
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 
-	stop()
-	require.NoError(t, <-done)
-	_, err = net.Dial("tcp", listening.GRPCAddr)
+	require.NoError(t, stop())
+	_, err = net.Dial("tcp", l.GRPCAddr)
 	assert.Error(t, err, "the gRPC listener is closed")
 }

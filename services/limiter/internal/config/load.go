@@ -110,7 +110,7 @@ var settings = []setting{
 		return nil
 	}},
 	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
-	{"memory-max-keys", "1000000", "store memory: keys kept before the least recently used are evicted", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
+	{"memory-max-keys", "1000000", "store memory: most keys held; when full, a new key evicts the sampled key whose state expires first", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
 	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
