@@ -177,15 +177,18 @@ func Open(url string, opts ...Option) (*Store, error) {
 	// Every network wait is bounded by the call's deadline.
 	o.ContextTimeoutEnabled = true
 	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.timeout, c.timeout, c.timeout, c.timeout
-	o.DialerRetries = 1 // one dial per attempt: the command retries below redial
-	// Failover. go-redis treats a READONLY reply (also inside a script error)
-	// like a broken connection: it closes that connection instead of putting
-	// it back in the pool, and retries the command, which dials anew and so
-	// re-resolves the host name (DNS, proxy or Sentinel-managed address). A
-	// demoted primary thus loses our connections at its first refused write.
-	// The retry needs MaxRetries >= 1; EOF and refused dials after a restart
-	// are retried the same way, all within the call's deadline.
-	o.MaxRetries = 2
+	o.DialerRetries = 1 // one dial per attempt: a refused dial fails the call at once
+	// No retries (-1; 0 would mean go-redis's default of 3). A script that
+	// ran but whose reply was lost (EOF after the write) would run again on
+	// a retry and count the same decision twice; a failed call is honest
+	// instead: it wraps ErrUnavailable and the policy's on_store_error
+	// decides. Failover still works: go-redis treats a READONLY reply (also
+	// inside a script error) like a broken connection and closes it instead
+	// of putting it back in the pool, so the next call dials anew and
+	// re-resolves the host name (DNS, proxy or Sentinel-managed address); a
+	// demoted primary loses our connections at its first refused write, and
+	// a READONLY script wrote nothing, so the batcher re-sends it alone.
+	o.MaxRetries = -1
 	o.DisableIdentity = true // no CLIENT SETINFO round trip on each dial
 	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	s := &Store{
@@ -344,6 +347,7 @@ func (s *Store) call(ctx context.Context, op string, fn func(context.Context) er
 		return nil
 	case ctx.Err() != nil: // the caller gave up: no news about Redis
 		s.breaker.release(probe, abandoned)
+		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
 	default:
 		s.breaker.release(probe, failed)
 	}

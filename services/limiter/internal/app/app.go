@@ -120,7 +120,13 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 // build probes the store and creates the metrics and the engine.
 func (a *App) build(ctx context.Context) error {
 	if err := a.probe(ctx, a.storedPolicies()); err != nil {
-		return err
+		// A Redis that cannot answer yet is an outage, not a configuration
+		// error: crash-looping would defeat on_store_error, so serve
+		// degraded (/readyz answers 503 until Redis does).
+		if a.cfg.Store != config.StoreRedis || !errors.Is(err, limiter.ErrUnavailable) {
+			return err
+		}
+		a.log.Warn("the redis store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until redis answers", "error", err)
 	}
 	reg := prometheus.NewRegistry()
 	a.reloader = &httpapi.Reloader{}

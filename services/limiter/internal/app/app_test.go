@@ -110,14 +110,18 @@ func TestStores(t *testing.T) {
 		code, _ := ping(t, a.Handler(), key)
 		assert.Equal(t, http.StatusTooManyRequests, code)
 	})
-	t.Run("redis down fails the start", func(t *testing.T) {
+	t.Run("redis down at start serves degraded", func(t *testing.T) {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		require.NoError(t, ln.Close()) // nothing listens there now
-		_, err = New(context.Background(), load(t, "--store=redis", "--redis-url=redis://"+addr+"/0"))
-		require.Error(t, err)
-		assert.NotErrorIs(t, err, config.ErrInvalid, "an unreachable store is a runtime failure")
+		a := newApp(t, load(t, "--store=redis", "--redis-url=redis://"+addr+"/0"), limitertest.NewClock(t0))
+		code, body := ping(t, a.Handler(), "k")
+		assert.Equal(t, http.StatusServiceUnavailable, code, "fail_closed, the default")
+		assert.Equal(t, "urn:tollgate:problem:unavailable", body["type"])
+		rec := httptest.NewRecorder()
+		a.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
 	})
 	t.Run("sqlite path that cannot be created", func(t *testing.T) {
 		blocker := filepath.Join(t.TempDir(), "file")

@@ -34,12 +34,25 @@ func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range rules.Policies() {
-		if _, clash := cfg.Policies[p.Name]; clash {
-			return nil, &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + cfg.EnvoyConfig + " derives the same policy name; rename one"}
-		}
+	if err := envoyClash(rules, cfg); err != nil {
+		return nil, err
 	}
 	return rules, nil
+}
+
+// envoyClash refuses a configuration with a policy named like one that
+// rules derive from an Envoy descriptor: the two would share counters. It
+// runs at start and on every reload; rules may be nil.
+func envoyClash(rules *envoy.Rules, cfg config.Config) error {
+	if rules == nil {
+		return nil
+	}
+	for _, p := range rules.Policies() {
+		if _, clash := cfg.Policies[p.Name]; clash {
+			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + cfg.EnvoyConfig + " derives the same policy name; rename one"}
+		}
+	}
+	return nil
 }
 
 // newEnvoyService returns the Envoy API on the app's store, clock and

@@ -115,11 +115,11 @@ func (l *lines) matching(s string) []string {
 	return out
 }
 
-func newReloadFixture(t *testing.T, yaml string) *reloadFixture {
+func newReloadFixture(t *testing.T, yaml string, extra ...string) *reloadFixture {
 	t.Helper()
 	f := &reloadFixture{file: filepath.Join(t.TempDir(), "limiter.yaml"), logs: &lines{}}
 	f.write(t, yaml)
-	args := []string{"--config", f.file, "--store=memory"}
+	args := append([]string{"--config", f.file, "--store=memory"}, extra...)
 	cfg := load(t, args...)
 	loadAgain := func() (config.Config, error) { return config.Load(args, func(string) string { return "" }) }
 	a, err := New(context.Background(), cfg, WithClock(limitertest.NewClock(t0)),
@@ -187,6 +187,20 @@ func TestReloadRefusesABadFileAndKeepsThePolicies(t *testing.T) {
 	m := scrape(t, h)
 	assert.Equal(t, 4.0, m[`tollgate_config_reloads_total{result="failure"}`])
 	assert.Equal(t, 0.0, m[`tollgate_config_reloads_total{result="success"}`])
+}
+
+// A reload may not bring a policy named like one derived from an Envoy
+// descriptor: the two would share counters (the start refuses it too).
+func TestReloadRefusesAPolicyNamedLikeAnEnvoyOne(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "c.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600))
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 2}\n", "--envoy-config", dir)
+	f.write(t, "policies:\n  ping: {limit: 9}\n  d.k: {algorithm: fixed_window, limit: 1000, window: 1s}\n")
+	err := f.app.Reload(context.Background())
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Contains(t, err.Error(), "policies.d.k: an Envoy descriptor in "+dir+" derives the same policy name")
+	_, body := ping(t, f.app.Handler(), "e")
+	assert.Equal(t, 2.0, body["limit"], "the running policies stay")
 }
 
 func TestReloadWarnsAboutSettingsThatNeedARestart(t *testing.T) {

@@ -100,6 +100,9 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	if err := envoyClash(a.envoyRules, cfg); err != nil {
+		return cfg, err
+	}
 	policies := a.policiesOf(cfg)
 	if err := a.probe(ctx, policies); err != nil {
 		return cfg, err

@@ -3,6 +3,7 @@ package envoy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"strconv"
 	"time"
@@ -104,7 +105,16 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	return answer(checks), nil
 }
 
-// validate refuses what no configuration could answer.
+// Bounds of one request: every descriptor is one store decision, so a
+// message full of them would turn one call into thousands of writes.
+// Envoy's rate-limit actions produce a handful.
+const (
+	MaxDescriptors = 64 // descriptors in one request
+	MaxEntries     = 32 // entries in one descriptor
+)
+
+// validate refuses what no configuration could answer, and requests over
+// the bounds above.
 func validate(req *rlsv3.RateLimitRequest) error {
 	invalid := func(msg string) error { return status.Error(codes.InvalidArgument, "envoy: "+msg) }
 	switch {
@@ -112,6 +122,8 @@ func validate(req *rlsv3.RateLimitRequest) error {
 		return invalid("the rate limit domain must not be empty")
 	case len(req.GetDescriptors()) == 0:
 		return invalid("the rate limit descriptor list must not be empty")
+	case len(req.GetDescriptors()) > MaxDescriptors:
+		return invalid(fmt.Sprintf("%d descriptors in one request; at most %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
 	if err := req.Validate(); err != nil {
 		return invalid(err.Error())
@@ -122,6 +134,8 @@ func validate(req *rlsv3.RateLimitRequest) error {
 			return invalid("descriptor limit overrides are not supported; configure the limit in the rules")
 		case d.GetIsNegativeHits():
 			return invalid("negative hits are not supported")
+		case len(d.GetEntries()) > MaxEntries:
+			return invalid(fmt.Sprintf("%d entries in one descriptor; at most %d", len(d.GetEntries()), MaxEntries))
 		}
 	}
 	return nil

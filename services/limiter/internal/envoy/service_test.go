@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -266,6 +267,14 @@ func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 	override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	negative := entries("customer", "vip")
 	negative.IsNegativeHits = true
+	many := make([]*ratelimitv3.RateLimitDescriptor, MaxDescriptors+1)
+	for i := range many {
+		many[i] = entries("customer", "vip")
+	}
+	wide := &ratelimitv3.RateLimitDescriptor{}
+	for i := range MaxEntries + 1 {
+		wide.Entries = append(wide.Entries, &ratelimitv3.RateLimitDescriptor_Entry{Key: fmt.Sprint("k", i), Value: "v"})
+	}
 	tests := []struct {
 		name string
 		req  *rlsv3.RateLimitRequest
@@ -278,6 +287,8 @@ func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 		{"entry without key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{noKey}}, codes.InvalidArgument, "Key"},
 		{"limit override", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{override}}, codes.InvalidArgument, "overrides are not supported"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}}, codes.InvalidArgument, "negative hits"},
+		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument, "65 descriptors in one request; at most 64"},
+		{"too many entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{wide}}, codes.InvalidArgument, "33 entries in one descriptor; at most 32"},
 		{"oversized message", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{
 			entries("customer", strings.Repeat("x", MaxMessageBytes)),
 		}}, codes.ResourceExhausted, "larger than max"},

@@ -128,6 +128,10 @@ func New(o Options) (*gin.Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("httpapi: trusted proxies: %w", err)
 	}
+	// Only X-Forwarded-For, and only from a trusted proxy: Gin would also
+	// believe X-Real-IP, which a proxy that does not set it passes through
+	// from the client untouched.
+	e.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	e.Use(h.requestID, h.observe, h.recover)
 	e.NoRoute(func(c *gin.Context) { abortProblem(c, http.StatusNotFound, "no such route") })
 	e.NoMethod(func(c *gin.Context) {

@@ -41,8 +41,13 @@ func TestForwardedForIsHonouredFromTrustedProxiesOnly(t *testing.T) {
 	assert.Equal(t, 1.0, b["count"], "each forwarded client has its own counter")
 	assert.Equal(t, 2.0, viaProxy("203.0.113.1")["count"])
 
+	// X-Real-IP is not believed, even from a trusted proxy.
+	w := s.do(req{method: http.MethodGet, target: "/ping", remote: "10.1.2.3:4000", header: map[string]string{"X-Real-IP": "203.0.113.9"}})
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, "10.1.2.3", decode(t, w)["key"])
+
 	// The same header from an untrusted peer is ignored.
-	w := s.do(req{method: http.MethodGet, target: "/ping", remote: "192.0.2.77:1", header: map[string]string{"X-Forwarded-For": "203.0.113.1"}})
+	w = s.do(req{method: http.MethodGet, target: "/ping", remote: "192.0.2.77:1", header: map[string]string{"X-Forwarded-For": "203.0.113.1"}})
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, "192.0.2.77", decode(t, w)["key"])
 }
