@@ -345,9 +345,13 @@ func (s *Store) call(ctx context.Context, op string, fn func(context.Context) er
 	case err == nil:
 		s.breaker.release(probe, succeeded)
 		return nil
-	case ctx.Err() != nil: // the caller gave up: no news about Redis
+	case callerGaveUp(ctx): // no news about Redis
 		s.breaker.release(probe, abandoned)
-		err = fmt.Errorf("%w (%v)", ctx.Err(), err)
+		cause := context.Cause(ctx)
+		if cause == nil { // the deadline passed, the timer has not fired yet
+			cause = context.DeadlineExceeded
+		}
+		err = fmt.Errorf("%w (%v)", cause, err)
 	default:
 		s.breaker.release(probe, failed)
 	}
@@ -355,6 +359,17 @@ func (s *Store) call(ctx context.Context, op string, fn func(context.Context) er
 		return fmt.Errorf("redisstore: %s: %w", op, limiter.ErrClosed)
 	}
 	return fmt.Errorf("redisstore: %s: %w: %w", op, limiter.ErrUnavailable, err)
+}
+
+// callerGaveUp reports whether the caller's own context ended, or its
+// deadline passed: a network read bounded by that deadline can time out a
+// moment before the context's timer marks it done.
+func callerGaveUp(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	d, ok := ctx.Deadline()
+	return ok && !time.Now().Before(d)
 }
 
 // Reset deletes k's keys under p, whatever algorithm wrote them, in one
