@@ -153,13 +153,17 @@ func (a *App) build(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		a.store = f // after the probe: a store that cannot decide fails the start
+		a.store = f // after the probe, which must see the primary's own errors
 	}
 	metrics, err := httpapi.NewMetrics(reg)
 	if err != nil {
 		return err
 	}
-	if a.envoy, err = a.newEnvoyService(metrics); err != nil {
+	off, err := httpapi.NewOffenders(a.cfg.OffendersWindow, a.cfg.OffendersRawKeys)
+	if err != nil {
+		return err
+	}
+	if a.envoy, err = a.newEnvoyService(metrics, off); err != nil {
 		return err
 	}
 	engine, err := httpapi.New(httpapi.Options{
@@ -175,11 +179,10 @@ func (a *App) build(ctx context.Context) error {
 		Registry:       reg,
 		Draining:       a.draining,
 
-		Reloader:         a.reloader,
-		OffendersWindow:  a.cfg.OffendersWindow,
-		OffendersRawKeys: a.cfg.OffendersRawKeys,
-		Metrics:          metrics,
-		Envoy:            a.envoyAPI(),
+		Reloader:  a.reloader,
+		Offenders: off,
+		Metrics:   metrics,
+		Envoy:     a.envoyAPI(),
 	})
 	if err != nil {
 		return fmt.Errorf("app: %w", err)

@@ -55,9 +55,9 @@ func envoyClash(rules *envoy.Rules, cfg config.Config) error {
 	return nil
 }
 
-// newEnvoyService returns the Envoy API on the app's store, clock and
-// metrics, or nil when the configuration asks for none.
-func (a *App) newEnvoyService(m *httpapi.Metrics) (*envoy.Service, error) {
+// newEnvoyService returns the Envoy API on the app's store, clock, metrics
+// and offenders tracker, or nil when the configuration asks for none.
+func (a *App) newEnvoyService(m *httpapi.Metrics, off *httpapi.Offenders) (*envoy.Service, error) {
 	if a.envoyRules == nil {
 		return nil, nil
 	}
@@ -65,7 +65,7 @@ func (a *App) newEnvoyService(m *httpapi.Metrics) (*envoy.Service, error) {
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	svc, err := envoy.New(envoy.Options{
-		Rules: a.envoyRules, Store: a.store, StoreName: string(a.cfg.Store), Clock: a.clock, Metrics: m,
+		Rules: a.envoyRules, Store: a.store, StoreName: string(a.cfg.Store), Clock: a.clock, Metrics: m, Offenders: off,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)

@@ -106,6 +106,46 @@ func TestJSONAnswersLikeGRPC(t *testing.T) {
 	assert.Contains(t, string(text), `tollgate_decisions_total{policy="edge.customer",result="limited"} 2`)
 }
 
+// Refusals through the Envoy API are listed by /admin/offenders, with the
+// HTTP routes' ones: the same tracker, the same hashed keys.
+func TestEnvoyRefusalsAreOffenders(t *testing.T) {
+	cfg := load(t, "--store=memory", "--envoy-config", envoyRules, "--offenders-raw-keys")
+	cfg.AdminKey = "offenders-admin"
+	a := newApp(t, cfg, limitertest.NewClock(t0))
+	srv := httptest.NewServer(a.Handler())
+	t.Cleanup(srv.Close)
+	body, err := protojson.Marshal(request("greedy"))
+	require.NoError(t, err)
+	for range 5 { // limit 3 a minute: two refusals
+		postJSON(t, srv, string(body))
+	}
+	blocked, err := protojson.Marshal(request("banned"))
+	require.NoError(t, err)
+	postJSON(t, srv, string(blocked)) // requests_per_unit 0: one refusal
+
+	req, err := http.NewRequest(http.MethodGet, srv.URL+"/admin/offenders", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Admin-Key", "offenders-admin")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var report struct {
+		Refusals  uint64
+		Offenders []struct {
+			Policy, Key string
+			Count       uint64
+		}
+	}
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&report))
+	assert.Equal(t, uint64(3), report.Refusals)
+	require.Len(t, report.Offenders, 2)
+	assert.Equal(t, "edge.customer", report.Offenders[0].Policy)
+	assert.Equal(t, "customer=greedy", report.Offenders[0].Key)
+	assert.Equal(t, uint64(2), report.Offenders[0].Count)
+	assert.Equal(t, uint64(1), report.Offenders[1].Count)
+}
+
 func TestJSONRefusesBadBodies(t *testing.T) {
 	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules), limitertest.NewClock(t0))
 	srv := httptest.NewServer(a.Handler())

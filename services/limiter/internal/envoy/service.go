@@ -30,6 +30,9 @@ type Options struct {
 	// Metrics counts decisions and store calls, the same collectors as the
 	// HTTP routes'.
 	Metrics *httpapi.Metrics
+	// Offenders records every enforced refusal for GET /admin/offenders,
+	// the same tracker as the HTTP routes'; nil records nothing.
+	Offenders *httpapi.Offenders
 }
 
 // Service answers Envoy's rate-limit API from the rules, the store and the
@@ -149,7 +152,7 @@ func (s *Service) decide(ctx context.Context, c *check, now time.Time) error {
 		start := limiter.WindowStart(now, p.Window)
 		c.d = limiter.Decision{WindowStart: start, ResetAfter: start.Add(p.Window).Sub(now)}
 		c.over, c.final = true, true
-		s.o.Metrics.CountDecision(p, false)
+		s.refused(now, p, c.key)
 		return nil
 	}
 	var err error
@@ -169,8 +172,21 @@ func (s *Service) decide(ctx context.Context, c *check, now time.Time) error {
 	if err != nil {
 		return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
 	}
-	s.o.Metrics.CountDecision(p, !c.over)
+	if c.over {
+		s.refused(now, p, c.key)
+	} else {
+		s.o.Metrics.CountDecision(p, true)
+	}
 	return nil
+}
+
+// refused counts a refusal of key by p in the metrics and, unless p is a
+// shadow policy, among the offenders.
+func (s *Service) refused(now time.Time, p limiter.Policy, key limiter.Key) {
+	s.o.Metrics.CountDecision(p, false)
+	if !p.Shadow {
+		s.o.Offenders.Record(now, p.Name, key.Subject)
+	}
 }
 
 // answer builds the response: one status per descriptor, the overall code,

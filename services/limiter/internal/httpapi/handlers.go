@@ -104,7 +104,7 @@ func (h *handler) evaluate(ctx context.Context, r route, key limiter.Key, cost i
 			pc.shadow.Inc()
 		default:
 			pc.limited.Inc()
-			h.recordOffender(now, p.Name, key.Subject)
+			h.offenders.Record(now, p.Name, key.Subject)
 			out.refused = i
 			return out, nil
 		}

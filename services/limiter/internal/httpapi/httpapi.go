@@ -17,7 +17,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 )
 
 // Options configures New. Store, Clock, Registry and the routes' policies
@@ -56,6 +55,10 @@ type Options struct {
 	// OffendersRawKeys lists offenders by the key they sent instead of the
 	// hash the access log shows. Keys can be secrets (API keys).
 	OffendersRawKeys bool
+	// Offenders, when set, is the refusal tracker to record into and report
+	// (shared with the Envoy API); nil makes one from OffendersWindow and
+	// OffendersRawKeys.
+	Offenders *Offenders
 	// Metrics, when not nil, are the collectors to count in (already
 	// registered on Registry), shared with other front ends such as the
 	// Envoy gRPC API; nil creates them on Registry.
@@ -105,8 +108,7 @@ type handler struct {
 	storeTime prometheus.Observer
 	adminKey  *[32]byte // SHA-256 of the admin key; nil when unset
 	draining  func() bool
-	offenders *offenders.Tracker
-	rawKeys   bool // offenders are listed by raw key, not by hash
+	offenders *Offenders
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -158,13 +160,12 @@ func newHandler(o Options) (*handler, error) {
 	if o.Store == nil || o.Clock == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a store, a clock and a registry")
 	}
-	window := o.OffendersWindow
-	if window == 0 {
-		window = DefaultOffendersWindow
-	}
-	tracker, err := offenders.NewTracker(window, offenders.DefaultCapacity)
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
+	var err error
+	off := o.Offenders
+	if off == nil {
+		if off, err = NewOffenders(o.OffendersWindow, o.OffendersRawKeys); err != nil {
+			return nil, err
+		}
 	}
 	m := o.Metrics
 	if m == nil {
@@ -185,8 +186,7 @@ func newHandler(o Options) (*handler, error) {
 		storeErr:  m.storeErrors.WithLabelValues(o.StoreName),
 		storeTime: m.duration.WithLabelValues(o.StoreName),
 		draining:  o.Draining,
-		offenders: tracker,
-		rawKeys:   o.OffendersRawKeys,
+		offenders: off,
 	}
 	h.policies.Store(set)
 	if h.log == nil {

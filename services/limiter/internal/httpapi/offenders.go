@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -32,14 +33,39 @@ type (
 	}
 )
 
-// recordOffender counts one refusal of subject by policy at now, under the
-// key form the report shows.
-func (h *handler) recordOffender(now time.Time, policy, subject string) {
+// Offenders counts refusals by (policy, key) for GET /admin/offenders; the
+// HTTP routes and the Envoy API record into the same one. It is safe for
+// concurrent use.
+type Offenders struct {
+	tracker *offenders.Tracker
+	raw     bool // keys listed as sent, not as the access log's hash
+}
+
+// NewOffenders returns an empty Offenders whose report covers the current
+// and previous window (0 means DefaultOffendersWindow); raw lists keys as
+// sent instead of hashed.
+func NewOffenders(window time.Duration, raw bool) (*Offenders, error) {
+	if window == 0 {
+		window = DefaultOffendersWindow
+	}
+	t, err := offenders.NewTracker(window, offenders.DefaultCapacity)
+	if err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
+	}
+	return &Offenders{tracker: t, raw: raw}, nil
+}
+
+// Record counts one refusal of subject by policy at now, under the key form
+// the report shows. A nil *Offenders records nothing.
+func (o *Offenders) Record(now time.Time, policy, subject string) {
+	if o == nil {
+		return
+	}
 	key := subject
-	if !h.rawKeys {
+	if !o.raw {
 		key = hashClient(subject)
 	}
-	h.offenders.Record(now, offenders.Item{Policy: policy, Key: key})
+	o.tracker.Record(now, offenders.Item{Policy: policy, Key: key})
 }
 
 // handleOffenders answers GET /admin/offenders[?limit=N]: the (policy, key)
@@ -61,7 +87,7 @@ func (h *handler) handleOffenders(c *gin.Context) {
 		}
 		limit = n
 	}
-	r := h.offenders.Report(h.clock.Now())
+	r := h.offenders.tracker.Report(h.clock.Now())
 	entries := r.Entries[:min(limit, len(r.Entries))]
 	list := make([]offenderEntry, 0, len(entries))
 	for _, e := range entries {
@@ -73,7 +99,7 @@ func (h *handler) handleOffenders(c *gin.Context) {
 		Capacity:      r.Capacity,
 		Refusals:      r.Recorded,
 		UnlistedMax:   r.Unlisted,
-		RawKeys:       h.rawKeys,
+		RawKeys:       h.offenders.raw,
 		Offenders:     list,
 	})
 }
