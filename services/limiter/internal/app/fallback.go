@@ -37,10 +37,9 @@ import (
 // again, however many calls see the change. It is safe for concurrent use.
 type fallback struct {
 	primary limiter.Store
-	local   *memstore.Store // nil when no policy is local
-	modes   map[string]config.StoreErrorMode
-	locals  []limiter.Policy              // the local policies, for Prune
-	used    map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
+	local   *memstore.Store // decides for local policies while the primary cannot
+	usedVec *prometheus.CounterVec
+	modes   atomic.Pointer[fallbackModes] // swapped whole by setPolicies
 	log     *slog.Logger
 
 	calls atomic.Uint64 // tickets handed to calls in the order they start
@@ -49,12 +48,20 @@ type fallback struct {
 	since uint64        // ticket of the call whose outcome last changed down
 }
 
+// fallbackModes is what the fallback knows of the policies in force; it is
+// never changed once published, a reload publishes a new one.
+type fallbackModes struct {
+	mode   map[string]config.StoreErrorMode
+	used   map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
+	locals []limiter.Policy              // the local policies, for Prune
+}
+
 var _ limiter.Store = (*fallback)(nil)
 
 // newFallback wraps primary for policies, with the modes cfg gives them, and
 // registers tollgate_store_fallback_total{policy,mode} on reg (one child per
 // fail_open or local policy). cfg.MemoryMaxKeys bounds the local memory
-// store, created only when some policy is local.
+// store.
 func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Policy, reg prometheus.Registerer, log *slog.Logger) (*fallback, error) {
 	used := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_store_fallback_total",
@@ -65,25 +72,34 @@ func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Po
 	}
 	f := &fallback{
 		primary: primary,
-		modes:   make(map[string]config.StoreErrorMode, len(policies)),
-		used:    make(map[string]prometheus.Counter, len(policies)),
+		local:   memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)),
+		usedVec: used,
 		log:     log,
 	}
+	f.setPolicies(cfg, policies)
+	return f, nil
+}
+
+// setPolicies makes policies, with the modes cfg gives them, the ones in
+// force: at start and after each reload. Calls already under way finish
+// with the modes they read.
+func (f *fallback) setPolicies(cfg config.Config, policies []limiter.Policy) {
+	m := &fallbackModes{
+		mode: make(map[string]config.StoreErrorMode, len(policies)),
+		used: make(map[string]prometheus.Counter, len(policies)),
+	}
 	for _, p := range policies {
-		m := cfg.StoreErrorModeOf(p.Name)
-		f.modes[p.Name] = m
-		if m == config.FailClosed {
+		mode := cfg.StoreErrorModeOf(p.Name)
+		m.mode[p.Name] = mode
+		if mode == config.FailClosed {
 			continue
 		}
-		f.used[p.Name] = used.WithLabelValues(p.Name, string(m))
-		if m == config.Local {
-			f.locals = append(f.locals, p)
+		m.used[p.Name] = f.usedVec.WithLabelValues(p.Name, string(mode))
+		if mode == config.Local {
+			m.locals = append(m.locals, p)
 		}
 	}
-	if len(f.locals) > 0 {
-		f.local = memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys))
-	}
-	return f, nil
+	f.modes.Store(m)
 }
 
 // storeFailed reports whether err says the store could not decide, as
@@ -127,12 +143,13 @@ func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Reques
 	if !f.observe(ctx, ticket, err) {
 		return d, err
 	}
-	switch f.modes[p.Name] {
+	m := f.modes.Load()
+	switch m.mode[p.Name] {
 	case config.FailOpen:
-		f.used[p.Name].Inc()
+		m.used[p.Name].Inc()
 		return limiter.Decision{Allowed: true, Limit: p.Limit, Remaining: p.Limit, WindowStart: r.Now}, nil
 	case config.Local:
-		f.used[p.Name].Inc()
+		m.used[p.Name].Inc()
 		return f.local.Allow(ctx, p, r)
 	}
 	return d, err
@@ -143,7 +160,7 @@ func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Reques
 func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
 	ticket := f.calls.Add(1)
 	d, err := f.primary.Peek(ctx, p, k, now)
-	if f.observe(ctx, ticket, err) && f.modes[p.Name] == config.Local {
+	if f.observe(ctx, ticket, err) && f.modes.Load().mode[p.Name] == config.Local {
 		return f.local.Peek(ctx, p, k, now)
 	}
 	return d, err
@@ -164,7 +181,7 @@ func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.
 	ticket := f.calls.Add(1)
 	n, err := on(f.primary)
 	f.observe(ctx, ticket, err)
-	if f.modes[p.Name] == config.Local {
+	if f.modes.Load().mode[p.Name] == config.Local {
 		m, lerr := on(f.local)
 		n, err = n+m, errors.Join(err, lerr)
 	}
@@ -174,11 +191,8 @@ func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.
 // Prune prunes the primary and the local store.
 func (f *fallback) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
 	n, err := f.primary.Prune(ctx, now, policies)
-	if f.local != nil {
-		m, lerr := f.local.Prune(ctx, now, f.locals)
-		n, err = n+m, errors.Join(err, lerr)
-	}
-	return n, err
+	m, lerr := f.local.Prune(ctx, now, f.modes.Load().locals)
+	return n + m, errors.Join(err, lerr)
 }
 
 // Ping pings the primary: /readyz fails while it cannot decide, whatever the
@@ -192,9 +206,5 @@ func (f *fallback) Ping(ctx context.Context) error {
 
 // Close closes the primary and the local store.
 func (f *fallback) Close() error {
-	err := f.primary.Close()
-	if f.local != nil {
-		err = errors.Join(err, f.local.Close())
-	}
-	return err
+	return errors.Join(f.primary.Close(), f.local.Close())
 }

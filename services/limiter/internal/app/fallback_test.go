@@ -74,7 +74,32 @@ func (r *fallbackRig) allow(p limiter.Policy, k limiter.Key) (limiter.Decision, 
 
 // fallbacks returns policy p's tollgate_store_fallback_total.
 func fallbacks(f *fallback, p limiter.Policy) float64 {
-	return testutil.ToFloat64(f.used[p.Name].(prometheus.Collector))
+	return testutil.ToFloat64(f.modes.Load().used[p.Name].(prometheus.Collector))
+}
+
+// A reload changes a policy's mode: the next decision during the outage
+// follows the new one, and a policy the reload added has its own.
+func TestFallbackModesFollowAReload(t *testing.T) {
+	r := newFallbackRig(t)
+	r.srv.Stop()
+	_, err := r.allow(closedPolicy, r.key("reload"))
+	require.ErrorIs(t, err, limiter.ErrUnavailable, "fail_closed before the reload")
+
+	added := limiter.Policy{Name: "added", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour}
+	r.f.setPolicies(config.Config{OnStoreError: map[string]config.StoreErrorMode{
+		"closed": config.FailOpen, "added": config.Local,
+	}}, []limiter.Policy{closedPolicy, added})
+
+	d, err := r.allow(closedPolicy, r.key("reload"))
+	require.NoError(t, err, "fail_open after the reload")
+	assert.True(t, d.Allowed)
+	for i, want := range []bool{true, false} {
+		d, err := r.allow(added, r.key("reload"))
+		require.NoError(t, err, "local, attempt %d", i)
+		assert.Equal(t, want, d.Allowed, "the added policy limits locally")
+	}
+	assert.Equal(t, 1.0, fallbacks(r.f, closedPolicy))
+	assert.Equal(t, 2.0, fallbacks(r.f, added))
 }
 
 // logLines counts the log lines containing s.
@@ -123,7 +148,7 @@ func TestFallbackFollowsEachPolicysModeDuringAnOutage(t *testing.T) {
 
 	assert.Equal(t, 5.0, fallbacks(r.f, openPolicy))
 	assert.Equal(t, 5.0, fallbacks(r.f, localPolicy), "refusals are fallback decisions too")
-	assert.NotContains(t, r.f.used, closedPolicy.Name, "fail_closed has no fallback counter")
+	assert.NotContains(t, r.f.modes.Load().used, closedPolicy.Name, "fail_closed has no fallback counter")
 	assert.Equal(t, 1, r.logLines("store degraded"), "one line, not one per call")
 	assert.Equal(t, 0, r.logLines("store recovered"))
 	require.Error(t, r.f.Ping(ctx), "ping fails while degraded")

@@ -114,6 +114,9 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	a.policiesMu.Lock()
 	a.policies = policies
 	a.policiesMu.Unlock()
+	if f, ok := a.store.(*fallback); ok {
+		f.setPolicies(cfg, policies)
+	}
 	return cfg, nil
 }
 
@@ -139,7 +142,7 @@ func restartSettings(running, loaded config.Config) []string {
 	var changed []string
 	for i := range rv.NumField() {
 		f := rv.Type().Field(i)
-		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" {
+		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" {
 			continue
 		}
 		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {
