@@ -3,8 +3,10 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -18,6 +20,11 @@ const flushers = 2
 
 // errBatcherClosed answers the calls still queued when the store closes.
 var errBatcherClosed = errors.New("store closing")
+
+// errNotSent answers a call whose deadline passed while it waited for a
+// flusher: it never reached Redis, so it says nothing about Redis's health
+// (the breaker does not count it), only that this instance is saturated.
+var errNotSent = errors.New("not sent: the deadline passed while the call waited for a batch")
 
 // batcher sends the scripts of concurrent decisions to Redis together: the
 // calls queued while earlier batches were in flight are written as one
@@ -49,6 +56,7 @@ type job struct {
 	val    []int64
 	err    error
 	done   chan struct{}
+	sent   atomic.Bool // set by the flusher before it writes the call
 }
 
 func newBatcher(client *redis.Client, timeout time.Duration, maxBatch int) *batcher {
@@ -74,7 +82,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 	case b.queue <- j:
 	case <-ctx.Done():
 		b.release(j)
-		return nil, ctx.Err()
+		return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
 	case <-b.quit:
 		b.release(j)
 		return nil, errBatcherClosed
@@ -87,6 +95,9 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 	case <-ctx.Done():
 		// A flusher still holds j and will answer on its buffered channel,
 		// which nobody reads any more: j is not reused.
+		if !j.sent.Load() {
+			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		}
 		return nil, ctx.Err()
 	}
 }
@@ -94,6 +105,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 // release drops j's references and pools it.
 func (b *batcher) release(j *job) {
 	j.ctx, j.script, j.keys[0], j.args, j.val, j.err = nil, nil, "", nil, nil, nil
+	j.sent.Store(false)
 	b.jobs.Put(j)
 }
 
@@ -131,9 +143,10 @@ func (b *batcher) flush(batch []*job) {
 	live := make([]*job, 0, len(batch))
 	for _, j := range batch {
 		if err := j.ctx.Err(); err != nil {
-			b.answer(j, nil, err)
+			b.answer(j, nil, fmt.Errorf("%w: %w", errNotSent, err))
 			continue
 		}
+		j.sent.Store(true)
 		live = append(live, j)
 	}
 	if len(live) == 1 {

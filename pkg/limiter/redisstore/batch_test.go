@@ -92,6 +92,33 @@ func TestPipelineSkipsAbandonedCalls(t *testing.T) {
 	assert.Equal(t, []string{"2"}, vals, "two attempts counted")
 }
 
+// A call whose deadline passes while it waits for a flusher never reached
+// Redis: it fails as not sent, and the breaker does not count it as a
+// failure of Redis (a saturated instance must not declare a healthy Redis
+// dead). The batcher here has no flushers, so the call waits for sure.
+func TestQueuedCallThatTimesOutIsNotARedisFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	s := openStore(t, srv, srv.Prefix(), WithMaxBatch(1), WithBreaker(1, time.Hour))
+	s.timeout = 20 * time.Millisecond
+	s.batch = &batcher{client: s.client, timeout: testTimeout, max: 8, queue: make(chan *job, 8), quit: make(chan struct{})}
+	s.batch.jobs.New = func() any { return &job{keys: make([]string, 1), done: make(chan struct{}, 1)} }
+
+	p := policy("queued", limiter.FixedWindow, 10, time.Minute)
+	_, err := s.Allow(context.Background(), p, limiter.Request{Key: limiter.Key{Subject: srv.Prefix() + "q"}, Cost: 1, Now: base})
+	require.ErrorIs(t, err, limiter.ErrUnavailable)
+	require.ErrorIs(t, err, errNotSent)
+	assert.False(t, s.Degraded(), "one failure would open this breaker; a call never sent is none")
+
+	// The flusher's side: a call already expired when its batch leaves.
+	gone, cancel := context.WithCancel(t.Context())
+	cancel()
+	j := fixedJob(gone, srv.Prefix()+":{batch}:expired")
+	s.batch.flush([]*job{j})
+	<-j.done
+	assert.ErrorIs(t, j.err, errNotSent)
+	assert.False(t, j.sent.Load())
+}
+
 // Calls still queued when the store closes are answered, not left waiting.
 func TestCloseAnswersQueuedCalls(t *testing.T) {
 	srv := redistest.Start(t)

@@ -345,6 +345,8 @@ func (s *Store) call(ctx context.Context, op string, fn func(context.Context) er
 	case err == nil:
 		s.breaker.release(probe, succeeded)
 		return nil
+	case errors.Is(err, errNotSent): // never reached Redis: no news about it
+		s.breaker.release(probe, abandoned)
 	case callerGaveUp(ctx): // no news about Redis
 		s.breaker.release(probe, abandoned)
 		cause := context.Cause(ctx)
