@@ -51,7 +51,7 @@ type App struct {
 	load          func() (config.Config, error) // WithReload's source; nil: Reload fails
 	reloadSignals <-chan os.Signal              // each one calls Reload
 	reloading     sync.Mutex                    // one Reload at a time
-	policiesMu    sync.Mutex                    // guards policies once New has returned
+	policiesMu    sync.Mutex                    // guards policies and envoyRules once New has returned
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server starts shutting down

@@ -85,10 +85,18 @@ func (a *App) envoyAPI() httpapi.EnvoyService {
 // storedPolicies returns every policy whose state the store keeps: the
 // configuration's and the Envoy descriptors', for the pruning job.
 func (a *App) storedPolicies() []limiter.Policy {
-	if a.envoyRules == nil {
-		return a.currentPolicies()
+	a.policiesMu.Lock()
+	defer a.policiesMu.Unlock()
+	return withEnvoy(a.policies, a.envoyRules)
+}
+
+// withEnvoy returns policies followed by the policies rules derive (rules
+// may be nil).
+func withEnvoy(policies []limiter.Policy, rules *envoy.Rules) []limiter.Policy {
+	if rules == nil {
+		return policies
 	}
-	return slices.Concat(a.currentPolicies(), a.envoyRules.Policies())
+	return slices.Concat(policies, rules.Policies())
 }
 
 // ServeGRPC answers Envoy's rate-limit API (and grpc.health.v1) on ln until

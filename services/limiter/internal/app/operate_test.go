@@ -203,6 +203,38 @@ func TestReloadRefusesAPolicyNamedLikeAnEnvoyOne(t *testing.T) {
 	assert.Equal(t, 2.0, body["limit"], "the running policies stay")
 }
 
+// A reload reads the Envoy folder again: a raised limit applies to the next
+// call (counts carry over: the policy keeps its name), and a broken file is
+// refused with the YAML's policies, the running rules staying in force.
+func TestReloadRereadsTheEnvoyFolder(t *testing.T) {
+	dir := t.TempDir()
+	rules := func(limit int) {
+		body := fmt.Sprintf("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: %d}\n", limit)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(body), 0o600))
+	}
+	rules(1)
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 2}\n", "--envoy-config", dir)
+	srv := httptest.NewServer(f.app.Handler())
+	t.Cleanup(srv.Close)
+	call := func() int {
+		resp, _ := postJSON(t, srv, `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`)
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, call())
+	assert.Equal(t, http.StatusTooManyRequests, call(), "limit 1")
+
+	rules(3)
+	require.NoError(t, f.app.Reload(context.Background()))
+	assert.Equal(t, http.StatusOK, call(), "limit 3 now; the fixed window counted 2 already")
+	assert.Equal(t, http.StatusTooManyRequests, call())
+
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "d.yaml"), []byte("domain: d\ndescriptors: [\n"), 0o600))
+	f.write(t, "policies:\n  ping: {limit: 9}\n")
+	require.ErrorIs(t, f.app.Reload(context.Background()), config.ErrInvalid)
+	_, body := ping(t, f.app.Handler(), "envoy-reload")
+	assert.Equal(t, 2.0, body["limit"], "nothing of a refused reload applies")
+}
+
 func TestReloadWarnsAboutSettingsThatNeedARestart(t *testing.T) {
 	f := newReloadFixture(t, "prune_interval: 1m\n")
 	f.write(t, "prune_interval: 5m\nlog_format: json\npolicies:\n  ping: {limit: 4}\n")

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 )
 
 // Reload outcomes, the values of tollgate_config_reloads_total's result
@@ -100,11 +101,20 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
-	if err := envoyClash(a.envoyRules, cfg); err != nil {
+	// The Envoy folder the service started with is read again too.
+	a.policiesMu.Lock()
+	rules := a.envoyRules
+	a.policiesMu.Unlock()
+	if rules != nil && a.cfg.EnvoyConfig != "" {
+		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig); err != nil {
+			return cfg, err
+		}
+	}
+	if err := envoyClash(rules, cfg); err != nil {
 		return cfg, err
 	}
 	policies := a.policiesOf(cfg)
-	if err := a.probe(ctx, policies); err != nil {
+	if err := a.probe(ctx, withEnvoy(policies, rules)); err != nil {
 		return cfg, err
 	}
 	err = a.reloader.Reload(policies, cfg.RoutePolicies[config.RoutePing], cfg.RoutePolicies[config.RouteCheck])
@@ -112,8 +122,11 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 		return cfg, fmt.Errorf("app: reload: %w", err)
 	}
 	a.policiesMu.Lock()
-	a.policies = policies
+	a.policies, a.envoyRules = policies, rules
 	a.policiesMu.Unlock()
+	if a.envoy != nil {
+		a.envoy.SetRules(rules)
+	}
 	if f, ok := a.store.(*fallback); ok {
 		f.setPolicies(cfg, policies)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -39,7 +40,8 @@ type Options struct {
 // clock. It is safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	o Options
+	o     Options
+	rules atomic.Pointer[Rules] // o.Rules, then whatever SetRules swaps in
 }
 
 // New returns a Service.
@@ -47,8 +49,14 @@ func New(o Options) (*Service, error) {
 	if o.Rules == nil || o.Store == nil || o.Clock == nil || o.Metrics == nil {
 		return nil, errors.New("envoy: options need rules, a store, a clock and metrics")
 	}
-	return &Service{o: o}, nil
+	s := &Service{o: o}
+	s.rules.Store(o.Rules)
+	return s, nil
 }
+
+// SetRules makes r the rules of every call that starts after it (a reload);
+// calls under way finish on the rules they started with. r must not be nil.
+func (s *Service) SetRules(r *Rules) { s.rules.Store(r) }
 
 // check is one descriptor's limit and its outcome.
 type check struct {
@@ -77,11 +85,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 	if err := validate(req); err != nil {
 		return nil, err
 	}
+	rules := s.rules.Load()
 	checks := make([]check, len(req.GetDescriptors()))
 	replaced := map[string]bool{}
 	for i, desc := range req.GetDescriptors() {
 		c := &checks[i]
-		c.limit, c.key = s.o.Rules.Match(req.GetDomain(), desc.GetEntries())
+		c.limit, c.key = rules.Match(req.GetDomain(), desc.GetEntries())
 		c.cost = uint64(max(1, req.GetHitsAddend()))
 		if h := desc.GetHitsAddend(); h != nil {
 			c.cost = h.GetValue()
