@@ -28,12 +28,20 @@ var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket
 // ParseAlgorithm returns the algorithm named s, or an error wrapping
 // [ErrUnknownAlgorithm].
 func ParseAlgorithm(s string) (Algorithm, error) {
-	for _, a := range Algorithms {
-		if string(a) == s {
-			return a, nil
-		}
+	if a := Algorithm(s); a.known() {
+		return a, nil
 	}
 	return "", fmt.Errorf("limiter: %q: %w", s, ErrUnknownAlgorithm)
+}
+
+// known reports whether a is one of Algorithms. A switch, not a loop over
+// Algorithms: stores validate the policy on every decision.
+func (a Algorithm) known() bool {
+	switch a {
+	case FixedWindow, SlidingLog, SlidingWindow, TokenBucket, SlidingLogUnsafe:
+		return true
+	}
+	return false
 }
 
 // Bounds of a policy.
@@ -91,7 +99,7 @@ func (p Policy) Validate() error {
 	if len(p.Name) > 128 {
 		return bad("name", "longer than 128 bytes")
 	}
-	if _, err := ParseAlgorithm(string(p.Algorithm)); err != nil {
+	if !p.Algorithm.known() {
 		return bad("algorithm", "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_window, token_bucket)", p.Algorithm)
 	}
 	if p.Limit <= 0 || p.Limit > MaxLimit {
@@ -103,7 +111,7 @@ func (p Policy) Validate() error {
 	if p.Window%time.Second != 0 {
 		return bad("window", "%s is not a whole number of seconds", p.Window)
 	}
-	if p.Algorithm == TokenBucket && int64(p.Window)/p.Limit < 1 {
+	if p.Algorithm == TokenBucket && p.Limit > int64(p.Window) { // window/limit < 1ns
 		return bad("limit", "token_bucket needs at least 1ns between tokens; %d per %s is too many", p.Limit, p.Window)
 	}
 	return nil
