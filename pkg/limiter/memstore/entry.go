@@ -15,6 +15,9 @@ type entry struct {
 	hash  uint64 // of key, under the store's seed
 	next  *entry // the next entry whose key has the same hash
 	index int    // in its shard's list
+	// blockedUntil is when the key's holder could be admitted again, Unix ns,
+	// after a decision that left nothing; 0 or past when not blocked.
+	blockedUntil int64
 	state
 }
 

@@ -8,12 +8,18 @@
 // decision on a key that already exists allocates nothing for fixed_window,
 // sliding_window and token_bucket.
 //
-// Memory is bounded by a number of keys ([WithMaxKeys]): when a shard is
-// full, a new key evicts the entry, among a few sampled ones, whose state
-// expires first, as Redis does with its approximated LRU. An evicted key
-// starts again from a full budget, so size the bound above the number of
-// keys that are active within one window. A sliding_log key holds one event
-// per admitted attempt of the last two windows: up to 2×limit events.
+// Memory is bounded by a number of keys ([WithMaxKeys], and per policy
+// [WithPolicyMaxKeys]): when a shard is full, a new key evicts, among a few
+// sampled entries, one that is not exhausted (whose holder could still be
+// admitted), the one whose state expires first, as Redis does with its
+// approximated LRU. An exhausted key is the last to go: an evicted key starts
+// again from a full budget, so evicting it would let its holder in again.
+// Only when every sampled entry is exhausted is one of them evicted anyway
+// ([Store.RefusedEvictions], [WithEvictionHook]); with [WithRefuseWhenFull]
+// the store refuses the new key instead (fail closed when full). Size the
+// bound above the number of keys that are active within one window. A
+// sliding_log key holds one event per admitted attempt of the last two
+// windows: up to 2×limit events.
 //
 // Each key keeps enough state for the clock to step back by one window: the
 // counts of its last three fixed windows, and its sliding log events of the
@@ -24,8 +30,8 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"iter"
 	"math/bits"
-	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -41,20 +47,21 @@ const (
 	DefaultShards  = 64
 	// MaxShards bounds WithShards.
 	MaxShards = 1 << 16
-	// evictionSamples is how many entries a full shard compares to choose
-	// the one to evict.
-	evictionSamples = 5
 )
 
 type config struct {
-	maxKeys int
-	shards  int
+	maxKeys        int
+	shards         int
+	policyMax      map[string]int
+	refuseWhenFull bool
+	hook           func(Eviction)
 }
 
 // Option configures New.
 type Option func(*config)
 
-// WithMaxKeys bounds the number of keys held (across every policy) to n.
+// WithMaxKeys bounds the number of keys held (across every policy without a
+// bound of its own, see WithPolicyMaxKeys) to n.
 // Default 1,000,000; n < 1 keeps the default. The bound is split evenly
 // across the shards, so a shard may evict while others have room.
 func WithMaxKeys(n int) Option {
@@ -76,15 +83,67 @@ func WithShards(n int) Option {
 	}
 }
 
+// WithPolicyMaxKeys gives the keys of the named policy their own bound of n,
+// apart from every other policy's: a flood of keys under one policy (say,
+// unauthenticated /ping clients) cannot push another policy's state out.
+// n < 1 removes the policy's own bound.
+func WithPolicyMaxKeys(policy string, n int) Option {
+	return func(c *config) {
+		if c.policyMax == nil {
+			c.policyMax = map[string]int{}
+		}
+		if n < 1 {
+			delete(c.policyMax, policy)
+			return
+		}
+		c.policyMax[policy] = n
+	}
+}
+
+// WithRefuseWhenFull makes a full shard refuse a new key (a denial whose
+// RetryAfter is one window of its policy, counted by [Store.RefusedNew])
+// instead of evicting a key whose state still matters: fail closed when
+// full. Keys whose state has expired are still replaced.
+func WithRefuseWhenFull() Option {
+	return func(c *config) { c.refuseWhenFull = true }
+}
+
+// WithEvictionHook calls f after each eviction, with the victim's policy and
+// whether it was exhausted. f runs under a shard's lock: it must be quick,
+// must not block and must not call the store.
+func WithEvictionHook(f func(Eviction)) Option {
+	return func(c *config) { c.hook = f }
+}
+
+// Eviction describes one evicted key, for WithEvictionHook.
+type Eviction struct {
+	// Policy is the evicted key's policy name.
+	Policy string
+	// Refused is true when the key was exhausted: its holder gets a fresh
+	// budget. It happens only when every sampled key of a full shard is.
+	Refused bool
+}
+
 // Store is a limiter.Store in memory. It is safe for concurrent use; each
 // method is atomic for the keys it touches, except sliding_log_unsafe's
 // Allow, which is two separate steps on purpose.
 type Store struct {
-	seed      maphash.Seed
-	shards    []shard
-	mask      uint64
-	closed    atomic.Bool
-	evictions atomic.Uint64
+	seed     maphash.Seed
+	main     part
+	byPolicy map[string]*part // policies with a bound of their own
+	parts    []*part          // main and byPolicy's, for the sweeps
+	closed   atomic.Bool
+	// evictions counts every eviction, refusedEvictions those of exhausted
+	// keys, refusedNew the new keys refused by WithRefuseWhenFull.
+	evictions, refusedEvictions, refusedNew atomic.Uint64
+	refuseWhenFull                          bool
+	hook                                    func(Eviction)
+}
+
+// part is a set of shards holding at most a number of keys.
+type part struct {
+	shards []shard
+	mask   uint64
 }
 
 var _ limiter.Store = (*Store)(nil)
@@ -168,26 +227,48 @@ func New(opts ...Option) *Store {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	n := 1 << bits.Len(uint(cfg.shards-1)) // next power of two
-	for n > cfg.maxKeys {
-		n /= 2
-	}
-	s := &Store{seed: maphash.MakeSeed(), shards: make([]shard, n), mask: uint64(n - 1)}
-	for i := range s.shards {
-		// Spread the remainder so that the shards hold exactly maxKeys.
-		s.shards[i].max = cfg.maxKeys / n
-		if i < cfg.maxKeys%n {
-			s.shards[i].max++
+	s := &Store{seed: maphash.MakeSeed(), main: newPart(cfg.maxKeys, cfg.shards), refuseWhenFull: cfg.refuseWhenFull, hook: cfg.hook}
+	s.parts = append(s.parts, &s.main)
+	for name, n := range cfg.policyMax {
+		if s.byPolicy == nil {
+			s.byPolicy = map[string]*part{}
 		}
-		s.shards[i].entries = make(map[uint64]*entry)
+		pt := newPart(n, cfg.shards)
+		s.byPolicy[name] = &pt
+		s.parts = append(s.parts, &pt)
 	}
 	return s
 }
 
+// newPart returns maxKeys of room over shards shards, rounded up to a power
+// of two and lowered so that each holds at least one key.
+func newPart(maxKeys, shards int) part {
+	n := 1 << bits.Len(uint(shards-1)) // next power of two
+	for n > maxKeys {
+		n /= 2
+	}
+	pt := part{shards: make([]shard, n), mask: uint64(n - 1)}
+	for i := range pt.shards {
+		// Spread the remainder so that the shards hold exactly maxKeys.
+		pt.shards[i].max = maxKeys / n
+		if i < maxKeys%n {
+			pt.shards[i].max++
+		}
+		pt.shards[i].entries = make(map[uint64]*entry)
+	}
+	return pt
+}
+
 // shard returns k's hash and the shard that holds k.
 func (s *Store) shard(k *mapKey) (*shard, uint64) {
+	pt := &s.main
+	if s.byPolicy != nil {
+		if own := s.byPolicy[k.policy]; own != nil {
+			pt = own
+		}
+	}
 	h := maphash.Comparable(s.seed, *k)
-	return &s.shards[h&s.mask], h
+	return &pt.shards[h&pt.mask], h
 }
 
 // Allow counts r on r.Key under p and decides. It never blocks on anything
@@ -205,7 +286,13 @@ func (s *Store) Allow(_ context.Context, p limiter.Policy, r limiter.Request) (l
 		return s.allowUnsafe(sh, &k, h, p, r), nil
 	}
 	sh.mu.Lock()
-	d := s.get(sh, &k, h, p).decide(p, r.Cost, r.Now)
+	e := s.get(sh, &k, h, p, r.Now)
+	if e == nil {
+		sh.mu.Unlock()
+		return s.full(p, r.Now), nil
+	}
+	d := e.decide(p, r.Cost, r.Now)
+	e.mark(d, r.Now)
 	sh.mu.Unlock()
 	return d, nil
 }
@@ -228,8 +315,14 @@ func (s *Store) allowUnsafe(sh *shard, k *mapKey, h uint64, p limiter.Policy, r 
 	}
 	runtime.Gosched()
 	sh.mu.Lock()
-	s.get(sh, k, h, p).record(r.Now.UnixNano(), r.Cost)
+	e := s.get(sh, k, h, p, r.Now)
+	if e != nil {
+		e.record(r.Now.UnixNano(), r.Cost)
+	}
 	sh.mu.Unlock()
+	if e == nil {
+		return s.full(p, r.Now)
+	}
 	return d
 }
 
@@ -316,14 +409,13 @@ func (s *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Pol
 // deletes the entries f leaves empty, and sums what f returns.
 func (s *Store) sweep(ctx context.Context, what string, f func(*entry) int64) (int64, error) {
 	var total int64
-	for i := range s.shards {
+	for sh := range s.allShards() {
 		if s.closed.Load() {
 			return total, fmt.Errorf("memstore: %s: %w", what, limiter.ErrClosed)
 		}
 		if err := ctx.Err(); err != nil {
 			return total, fmt.Errorf("memstore: %s: %w", what, err)
 		}
-		sh := &s.shards[i]
 		sh.mu.Lock()
 		// Backwards, so that remove only moves entries already visited.
 		for i := len(sh.list) - 1; i >= 0; i-- {
@@ -350,8 +442,7 @@ func (s *Store) Ping(context.Context) error {
 // limiter.ErrClosed. Closing twice is harmless.
 func (s *Store) Close() error {
 	s.closed.Store(true)
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for sh := range s.allShards() {
 		sh.mu.Lock()
 		clear(sh.entries)
 		clear(sh.list)
@@ -365,8 +456,7 @@ func (s *Store) Close() error {
 // locks each shard in turn, so it is exact only when nothing else runs.
 func (s *Store) Len() int {
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for sh := range s.allShards() {
 		sh.mu.Lock()
 		n += len(sh.list)
 		sh.mu.Unlock()
@@ -378,6 +468,27 @@ func (s *Store) Len() int {
 // since New.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
 
+// RefusedEvictions returns how many of the evicted keys were exhausted, so
+// that their holders got a fresh budget: a bound too small for the keys
+// active within a window, or a flood of exhausted keys.
+func (s *Store) RefusedEvictions() uint64 { return s.refusedEvictions.Load() }
+
+// RefusedNew returns how many new keys WithRefuseWhenFull refused, since New.
+func (s *Store) RefusedNew() uint64 { return s.refusedNew.Load() }
+
+// allShards yields every shard of every part.
+func (s *Store) allShards() iter.Seq[*shard] {
+	return func(yield func(*shard) bool) {
+		for _, pt := range s.parts {
+			for i := range pt.shards {
+				if !yield(&pt.shards[i]) {
+					return
+				}
+			}
+		}
+	}
+}
+
 // validate checks a policy and a key.
 func validate(p limiter.Policy, k limiter.Key) error {
 	if err := p.Validate(); err != nil {
@@ -388,34 +499,19 @@ func validate(p limiter.Policy, k limiter.Key) error {
 
 // get returns k's entry under p, creating it (and evicting another when the
 // shard is full) when missing, and clearing it when p's algorithm or window
-// changed since it was written. sh must be locked.
-func (s *Store) get(sh *shard, k *mapKey, h uint64, p limiter.Policy) *entry {
+// changed since it was written. It returns nil when the shard is full and
+// WithRefuseWhenFull forbids evicting. sh must be locked.
+func (s *Store) get(sh *shard, k *mapKey, h uint64, p limiter.Policy, now time.Time) *entry {
 	if e := sh.find(k, h); e != nil {
 		if !e.holds(p) {
 			e.state = state{alg: p.Algorithm, window: int64(p.Window)}
 		}
 		return e
 	}
-	if len(sh.list) >= sh.max {
-		sh.evict()
-		s.evictions.Add(1)
+	if len(sh.list) >= sh.max && !s.evict(sh, now.UnixNano()) {
+		return nil
 	}
 	e := &entry{key: k.clone(), hash: h, state: state{alg: p.Algorithm, window: int64(p.Window)}}
 	sh.add(e)
 	return e
-}
-
-// evict deletes, among a few entries drawn at random, the one whose state
-// expires first: Redis's sampled eviction, O(1). sh must be locked and not
-// empty.
-func (sh *shard) evict() {
-	victim := rand.IntN(len(sh.list))
-	first := sh.list[victim].expiry()
-	for range evictionSamples - 1 {
-		i := rand.IntN(len(sh.list))
-		if exp := sh.list[i].expiry(); exp < first {
-			victim, first = i, exp
-		}
-	}
-	sh.remove(victim)
 }
