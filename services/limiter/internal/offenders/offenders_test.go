@@ -93,10 +93,11 @@ func TestSketchIsExactBelowCapacity(t *testing.T) {
 
 func TestSketchReplacesTheLeastCounted(t *testing.T) {
 	s := offenders.NewSketch(2)
-	for _, i := range []uint64{1, 1, 1, 2, 3} {
+	for _, i := range []uint64{1, 1, 1, 2, 3, 3} {
 		s.Record(item(i))
 	}
-	// 3 took the place of 2 (count 1) and inherited its count as error.
+	// 3, once seen more often than 2 (count 1), took its place and inherited
+	// its count as error.
 	assert.Equal(t, []offenders.Entry{
 		{Item: item(1), Count: 3},
 		{Item: item(3), Count: 2, Error: 1},
@@ -104,6 +105,7 @@ func TestSketchReplacesTheLeastCounted(t *testing.T) {
 
 	one := offenders.NewSketch(0) // capacity < 1 counts as 1
 	one.Record(item(1))
+	one.Record(item(2))
 	one.Record(item(2))
 	assert.Equal(t, []offenders.Entry{{Item: item(2), Count: 2, Error: 1}}, offenders.Merge(one))
 }

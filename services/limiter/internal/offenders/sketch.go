@@ -37,21 +37,24 @@ type Sketch struct {
 	seen     uint64       // N: every Record
 	index    map[Item]int // an item's position in entries
 	entries  []Entry      // a binary min-heap on Count
+	admit    *admission   // estimates of the items not monitored
 }
 
 // NewSketch returns an empty sketch that monitors at most capacity items;
 // capacity < 1 counts as 1.
 func NewSketch(capacity int) *Sketch {
 	capacity = max(capacity, 1)
-	return &Sketch{capacity: capacity, index: make(map[Item]int, capacity), entries: make([]Entry, 0, capacity)}
+	return &Sketch{capacity: capacity, index: make(map[Item]int, capacity), entries: make([]Entry, 0, capacity), admit: newAdmission()}
 }
 
 // Record counts one occurrence of it. When the sketch is full and it is not
 // monitored, it takes the place of the item with the smallest count, and
-// inherits that count as its error. O(log capacity); no allocation once
-// the sketch is full (see BenchmarkTrackerRecord).
+// inherits that count as its error, once it has been seen more often than
+// that count (see admit.go). O(log capacity); no allocation once the sketch
+// is full (see BenchmarkTrackerRecord).
 func (s *Sketch) Record(it Item) {
 	s.seen++
+	estimate := s.admit.add(it)
 	if i, ok := s.index[it]; ok {
 		s.entries[i].Count++
 		s.siftDown(i)
@@ -64,6 +67,9 @@ func (s *Sketch) Record(it Item) {
 		return
 	}
 	least := &s.entries[0]
+	if estimate <= least.Count {
+		return // kept out: seen at most Min times
+	}
 	delete(s.index, least.Item)
 	*least = Entry{Item: it, Count: least.Count + 1, Error: least.Count}
 	s.index[it] = 0
@@ -98,6 +104,7 @@ func (s *Sketch) Lookup(it Item) (Entry, bool) {
 // Reset empties the sketch and keeps its memory.
 func (s *Sketch) Reset() {
 	clear(s.index)
+	s.admit.reset()
 	s.entries = s.entries[:0]
 	s.seen = 0
 }
