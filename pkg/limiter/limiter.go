@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"time"
 )
 
@@ -244,7 +243,10 @@ func RetryAfterSeconds(d time.Duration) int64 {
 }
 
 // Seconds returns d in seconds for JSON bodies, rounded to the millisecond
-// (6.809, not 6.8081126229999995) and never negative.
+// (6.809, not 6.8081126229999995) and never negative. The result is the
+// float64 nearest to that exact number of milliseconds, so it prints as
+// 20.577, never 20.576999999999998 (which whole seconds plus a fraction
+// would give).
 func Seconds(d time.Duration) float64 {
-	return math.Max(0, d.Round(time.Millisecond).Seconds())
+	return float64(max(0, d.Round(time.Millisecond).Milliseconds())) / 1000
 }
