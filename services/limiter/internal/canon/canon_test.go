@@ -1,0 +1,136 @@
+package canon_test
+
+import (
+	"encoding/json"
+	"net/netip"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+)
+
+// Each spelling of /orders that the issue listed is one endpoint under the
+// foldings that cover it; NFC is always applied.
+func TestEndpointVariantsFold(t *testing.T) {
+	tests := []struct {
+		in   string
+		fold canon.Fold
+		want string
+	}{
+		{"/orders/", canon.FoldTrailingSlash, "/orders"},
+		{"/Orders", canon.FoldCase, "/orders"},
+		{"//orders", canon.FoldSlashes, "/orders"},
+		{"/a//b///c", canon.FoldSlashes, "/a/b/c"},
+		{"/%6Frders", canon.FoldPercent, "/orders"},
+		{"/%6frders%2f%7e", canon.FoldPercent, "/orders%2F~"},
+		{"/100%", canon.FoldPercent, "/100%"},
+		{"/x%4", canon.FoldPercent, "/x%4"},
+		{" /orders ", canon.FoldSpace, "/orders"},
+		{"/orders?page=2", canon.FoldQuery, "/orders"},
+		{"/orders#top", canon.FoldQuery, "/orders"},
+		{"/", canon.FoldTrailingSlash, "/"},
+		{"//", canon.FoldAll, "/"},
+		{" //Orders/%6Fne/?x ", canon.FoldAll, "/orders/one"},
+		{"caf\u0065\u0301", 0, "caf\u00e9"}, // NFD -> NFC, always
+		{"caf\u00e9", 0, "caf\u00e9"},
+		{"/Orders/", 0, "/Orders/"}, // no folding asked: only NFC
+	}
+	for _, tt := range tests {
+		got, err := canon.Endpoint(tt.in, tt.fold)
+		require.NoError(t, err, "%q", tt.in)
+		assert.Equal(t, tt.want, got, "%q folded %s", tt.in, tt.fold)
+	}
+}
+
+func TestEndpointRefusesControlCharacters(t *testing.T) {
+	for _, in := range []string{"a\x00b", "\x00", "/orders\n", "\t/x", "a\x7fb", "a\u0085b", "a\u009bb"} {
+		_, err := canon.Endpoint(in, canon.FoldAll)
+		assert.ErrorIs(t, err, canon.ErrControl, "%q", in)
+	}
+	_, err := canon.Endpoint("a\xffb", 0)
+	assert.ErrorIs(t, err, canon.ErrInvalidUTF8)
+}
+
+func TestParseFold(t *testing.T) {
+	f, err := canon.ParseFold([]string{"case", "slashes"})
+	require.NoError(t, err)
+	assert.Equal(t, canon.FoldCase|canon.FoldSlashes, f)
+	assert.Equal(t, "slashes,case", f.String())
+	f, err = canon.ParseFold([]string{"all"})
+	require.NoError(t, err)
+	assert.Equal(t, canon.FoldAll, f)
+	_, err = canon.ParseFold([]string{"cases"})
+	assert.ErrorContains(t, err, `unknown folding "cases"`)
+}
+
+func TestPeer(t *testing.T) {
+	tests := []struct {
+		in   string
+		bits int
+		want string
+	}{
+		{"1.2.3.4", 64, "1.2.3.4"},
+		{"::ffff:1.2.3.4", 64, "1.2.3.4"},
+		{"[::ffff:1.2.3.4]:5555", 64, "1.2.3.4"},
+		{"1.2.3.4:80", 64, "1.2.3.4"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"},
+		{"[2001:db8:1:2:ffff::1]:443", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", 48, "2001:db8:1::/48"},
+		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
+		{"fe80::1%eth0", 64, "fe80::/64"},
+		{"::1", 64, "::/64"},
+	}
+	for _, tt := range tests {
+		got, err := canon.PeerString(tt.in, tt.bits)
+		require.NoError(t, err, tt.in)
+		assert.Equal(t, tt.want, got, "%s /%d", tt.in, tt.bits)
+	}
+	// A /64 holder has one budget, not 2^64.
+	a, _ := canon.PeerString("2001:db8::1", canon.DefaultIPv6Prefix)
+	b, _ := canon.PeerString("2001:db8::ffff:ffff:ffff:fffe", canon.DefaultIPv6Prefix)
+	assert.Equal(t, a, b)
+	for _, bad := range []string{"", "host:80", "1.2.3"} {
+		_, err := canon.PeerString(bad, 64)
+		assert.Error(t, err, bad)
+	}
+	for _, bits := range []int{0, -1, 129} {
+		_, err := canon.Peer(netip.MustParseAddr("::1"), bits)
+		assert.Error(t, err, bits)
+	}
+}
+
+func TestObjectRefusesDuplicateMembers(t *testing.T) {
+	for _, in := range []string{
+		`{"endpoint":"a","endpoint":"b"}`,
+		`{"endpoint":"a","endp\u006fint":"b"}`,
+		`{"policy":"p","key":"k","cost":1,"cost":3}`,
+	} {
+		_, err := canon.Object([]byte(in))
+		assert.ErrorIs(t, err, canon.ErrDuplicate, in)
+	}
+	obj, err := canon.Object([]byte(` {"endpoint":"a","nested":{"x":1,"x":2},"n":[1,{"y":2}]} `))
+	require.NoError(t, err, "duplicates below the top level are not read, so not refused")
+	assert.Equal(t, json.RawMessage(`"a"`), obj["endpoint"])
+	assert.Len(t, obj, 3)
+	for _, in := range []string{``, `[]`, `"x"`, `{"a":1} x`, `{"a":1}{"b":2}`, `{"a":}`, `{"a":1`, `null`, `{1:2}`} {
+		_, err := canon.Object([]byte(in))
+		assert.ErrorIs(t, err, canon.ErrNotObject, in)
+	}
+}
+
+func FuzzEndpoint(f *testing.F) {
+	for _, s := range []string{"/orders", " //Orders/%6F?x", "caf\u0065\u0301", "a\x00"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, err := canon.Endpoint(s, canon.FoldAll)
+		if err != nil {
+			return
+		}
+		again, err := canon.Endpoint(got, canon.FoldAll)
+		require.NoError(t, err)
+		assert.Equal(t, got, again, "folding is idempotent")
+	})
+}
