@@ -1,20 +1,37 @@
 #!/usr/bin/env bash
-# Benchmarks Tollgate: the library's Go benchmarks, then the HTTP comparison
-# of the service on each store against a bare Gin handler (loadgen bench).
+# Benchmarks Tollgate: the library's Go benchmarks, then the service on each
+# store against a bare Gin handler over HTTP, with two load generators, and
+# Tollgate's POST /json against envoyproxy/ratelimit's when it is given.
 #
 # usage: scripts/bench.sh BIN_DIR [loadgen bench flags...]
 #
 # BIN_DIR holds the built limiter and loadgen binaries (make build). The
-# script prints the machine (cores, CPU, Go, load average), runs
-# `go test -bench` on pkg/limiter and the service's HTTP handler
-# (benchstat-friendly output; BENCHTIME, default 1s; BENCH_LIB=0 skips it),
-# then starts on free loopback ports: the baseline (`loadgen baseline`), the
-# service on the memory store, on SQLite (a temporary file), and on Redis (a
-# private redis-server, when the binary is on PATH), each with the policies
-# of tools/loadgen/configs/bench.yaml and the access log off (--log-level
-# warn). It runs `loadgen bench` against all of them (extra arguments go to
-# it, e.g. --rounds 5 --duration 10s --out FILE) and stops everything it
-# started, whatever happens.
+# script prints the machine, runs `go test -bench` on pkg/limiter and the
+# service's HTTP handler (benchstat-friendly; BENCHTIME, default 1s;
+# BENCH_LIB=0 skips it), then starts on free loopback ports: the baseline
+# (`loadgen baseline`, bare Gin), the service on the memory store, on
+# SQLite (a temporary file) and on Redis (a private redis-server, when the
+# binary is on PATH), each with tools/loadgen/configs/bench.yaml and the
+# access log off, and runs `loadgen bench` (extra arguments go to every
+# call) over BENCH_KEYS keys (default 100000):
+#
+#   1. vegeta, closed loop, POST /v1/check; then vegeta at a fixed
+#      BENCH_RATE req/s (default 5000), p99 as a ratio of the baseline's;
+#   2. wrk (one thread; the Debian package wrk, installed with apt-get when
+#      missing; BENCH_WRK=0 skips this), closed loop, on POST /v1/check,
+#      GET /ping (X-Client-Key) and POST /rate/check (X-User-Id);
+#   3. with PEER_RATELIMIT_BIN set to an envoyproxy/ratelimit binary (built
+#      from its source, `go build ./src/service_cmd`; nothing of it is in
+#      this repository): wrk on POST /json, Tollgate on Redis against the
+#      peer on the same redis-server, with the same Envoy-format config
+#      (tools/loadgen/configs/envoy-bench).
+#
+# Each closed-loop table gives the median req/s over BENCH_ROUNDS rounds
+# (default 3) of BENCH_DURATION (default 5s) with BENCH_CONNECTIONS
+# (default 64) connections, the per-round ratio to the baseline, and the
+# server's CPU per request (/proc/PID/stat), the backend's (redis-server)
+# beside it, with the issue's goals. Everything started is stopped,
+# whatever happens.
 set -euo pipefail
 
 if [ $# -lt 1 ]; then
@@ -31,6 +48,39 @@ lib_init bench
 root="$(cd "$(dirname "$0")/.." && pwd)"
 config="$root/tools/loadgen/configs/bench.yaml"
 
+keys=${BENCH_KEYS:-100000}
+common=(--keys "$keys" --rounds "${BENCH_ROUNDS:-3}" --duration "${BENCH_DURATION:-5s}"
+	--connections "${BENCH_CONNECTIONS:-64}" --wait 30s)
+# The Redis deadline: the service's default (50ms) is for production; here
+# the load generator, the servers and redis-server share the machine's
+# cores, a scheduling stall can pass 50ms, and five in a row open the
+# circuit breaker, which would measure the stall, not the store.
+redis_timeout=${BENCH_REDIS_TIMEOUT:-1s}
+goals=(--goal memory=0.90/5us --goal sqlite=0.60/30us --goal redis=0.60/25us)
+
+# ensure_wrk: wrk is on PATH, installed with apt-get (as root, or with
+# sudo) when it is missing; false when it cannot be.
+ensure_wrk() {
+	command -v wrk >/dev/null && return 0
+	local sudo=
+	[ "$(id -u)" -eq 0 ] || sudo=sudo
+	if command -v apt-get >/dev/null && { [ -z "$sudo" ] || command -v sudo >/dev/null; }; then
+		echo "$me: installing wrk (apt-get install wrk)" >&2
+		$sudo apt-get update -qq >&2 && $sudo apt-get install -y -qq wrk >/dev/null || true
+	fi
+	command -v wrk >/dev/null
+}
+
+# peer_healthy PORT: envoyproxy/ratelimit's GET /healthcheck answers 200.
+peer_healthy() {
+	(
+		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
+		printf 'GET /healthcheck HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$1" >&3
+		IFS= read -r -t 2 line <&3 || exit 1
+		[[ $line == HTTP/1.?\ 200* ]]
+	) 2>/dev/null
+}
+
 echo "## Machine"
 echo
 echo "- cores: $(nproc)"
@@ -38,6 +88,7 @@ echo "- CPU: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | sed 's/^ *//
 echo "- Go: $(go version | cut -d' ' -f3-)"
 echo "- load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "- date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+echo "- keys: $keys; rounds: ${BENCH_ROUNDS:-3} × ${BENCH_DURATION:-5s}; connections: ${BENCH_CONNECTIONS:-64}"
 echo
 
 if [ "${BENCH_LIB:-1}" != 0 ]; then
@@ -66,22 +117,63 @@ targets=(
 	--target "memory=http://127.0.0.1:$port_memory@$pid_memory"
 	--target "sqlite=http://127.0.0.1:$port_sqlite@$pid_sqlite"
 )
+json_targets=()
 if command -v redis-server >/dev/null; then
 	start redisd listening redis-server --port "{port}" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp"
-	service redis redis --redis-url "redis://127.0.0.1:$port_redisd/0"
+	service redis redis --redis-url "redis://127.0.0.1:$port_redisd/0" --redis-timeout "$redis_timeout"
 	targets+=(--target "redis=http://127.0.0.1:$port_redis@$pid_redis+$pid_redisd")
+	if [ -n "${PEER_RATELIMIT_BIN:-}" ]; then
+		envoy_config="$root/tools/loadgen/configs/envoy-bench"
+		mkdir -p "$tmp/runtime/ratelimit/config"
+		cp "$envoy_config"/*.yaml "$tmp/runtime/ratelimit/config/"
+		service tollgate redis --redis-url "redis://127.0.0.1:$port_redisd/0" --redis-timeout "$redis_timeout" --envoy-config "$envoy_config"
+		grpc_port=$(free_port)
+		debug_port=$(free_port)
+		start peer peer_healthy env HOST=127.0.0.1 PORT="{port}" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port" \
+			DEBUG_HOST=127.0.0.1 DEBUG_PORT="$debug_port" USE_STATSD=false LOG_LEVEL=warn \
+			RUNTIME_ROOT="$tmp/runtime" RUNTIME_SUBDIRECTORY=ratelimit RUNTIME_WATCH_ROOT=false \
+			REDIS_SOCKET_TYPE=tcp REDIS_URL="127.0.0.1:$port_redisd" "$PEER_RATELIMIT_BIN"
+		json_targets=(
+			--target "peer=http://127.0.0.1:$port_peer@$pid_peer+$pid_redisd"
+			--target "tollgate=http://127.0.0.1:$port_tollgate@$pid_tollgate+$pid_redisd"
+		)
+	fi
 else
-	echo "bench.sh: redis-server is not on PATH: the redis store is not measured" >&2
+	echo "$me: redis-server is not on PATH: the redis store is not measured" >&2
+fi
+if [ -z "${PEER_RATELIMIT_BIN:-}" ]; then
+	echo "$me: PEER_RATELIMIT_BIN is not set: no comparison with envoyproxy/ratelimit" >&2
 fi
 
-echo "## HTTP: POST /v1/check, the service on each store against a bare Gin handler"
-echo
 status=0
-"$bin/loadgen" bench "${targets[@]}" --wait 30s "$@" || status=$?
-for name in baseline memory sqlite redis; do
+# bench TITLE [loadgen bench flags...]: one `loadgen bench` under a heading.
+bench() {
+	echo "## $1"
+	echo
+	shift
+	"$bin/loadgen" bench "${common[@]}" "$@" || status=1
+}
+
+bench "HTTP, vegeta: the service on each store against a bare Gin handler" \
+	"${targets[@]}" --generator vegeta --route check --fixed-rate "${BENCH_RATE:-5000}" --p99-goal 1.5 "$@"
+if [ "${BENCH_WRK:-1}" = 0 ]; then
+	echo "$me: BENCH_WRK=0: the wrk runs are skipped" >&2
+elif ! ensure_wrk; then
+	echo "$me: wrk is not on PATH and could not be installed: the wrk runs are skipped" >&2
+else
+	for route in check ping rate-check; do
+		bench "HTTP, wrk: $route, the service on each store against a bare Gin handler" \
+			"${targets[@]}" --generator wrk --route "$route" --fixed-rate 0 "${goals[@]}" "$@"
+	done
+	if [ ${#json_targets[@]} -gt 0 ]; then
+		bench "HTTP, wrk: POST /json on Redis, Tollgate against envoyproxy/ratelimit" \
+			"${json_targets[@]}" --baseline peer --generator wrk --route json --fixed-rate 0 --goal tollgate=2.5 "$@"
+	fi
+fi
+for name in baseline memory sqlite redisd redis tollgate peer; do
 	pidvar="pid_$name"
 	if [ -n "${!pidvar:-}" ] && ! kill -0 "${!pidvar}" 2>/dev/null; then
-		echo "bench.sh: $name died during the run; its log:" >&2
+		echo "$me: $name died during the run; its log:" >&2
 		cat "$tmp/$name.log" >&2
 		status=1
 	fi

@@ -12,24 +12,48 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// baselineBody is the constant answer of the baseline's POST /v1/check.
-var baselineBody = []byte(`{"allowed":true,"limit":1000000,"remaining":999999,"reset_after":0,"retry_after":0}`)
+// Constant answers of the baseline's routes.
+var (
+	baselineBody      = []byte(`{"allowed":true,"limit":1000000,"remaining":999999,"reset_after":0,"retry_after":0}`)
+	baselinePingBody  = []byte(`{"key":"k","count":1,"limit":1000000,"remaining":999999,"reset_after":0}`)
+	baselineCheckBody = []byte(`{"result":"ok","user_id":1,"endpoint":"/e","count":1,"limit":1000000,"remaining":999999}`)
+	baselineBadBody   = []byte(`{"type":"about:blank","title":"Bad Request","status":400,"detail":"bad request"}`)
+)
 
 // baselineHandler is the HTTP ceiling: a Gin engine with the service's
-// routes and no limiter. POST /v1/check decodes the request body (as the
-// service must) and answers a constant allowed decision, or 400 when the
-// body is not JSON; GET /healthz answers 200. It is safe for concurrent use.
+// routes and no limiter. POST /v1/check and POST /rate/check decode the
+// request body (as the service must), GET /ping and POST /rate/check read
+// the identity header, and each answers a constant allowed decision, or
+// 400 when the body is not JSON or the header is missing; GET /healthz
+// answers 200. It is safe for concurrent use.
 func baselineHandler() http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
+	bad := func(c *gin.Context) { c.Data(http.StatusBadRequest, "application/problem+json", baselineBadBody) }
 	e.POST(checkPath, func(c *gin.Context) {
 		var req checkRequest
 		if err := c.ShouldBindJSON(&req); err != nil {
-			c.Data(http.StatusBadRequest, "application/problem+json",
-				[]byte(`{"type":"about:blank","title":"Bad Request","status":400,"detail":"body is not a check request"}`))
+			bad(c)
 			return
 		}
 		c.Data(http.StatusOK, "application/json", baselineBody)
+	})
+	e.GET("/ping", func(c *gin.Context) {
+		if c.GetHeader("X-Client-Key") == "" {
+			bad(c)
+			return
+		}
+		c.Data(http.StatusOK, "application/json", baselinePingBody)
+	})
+	e.POST("/rate/check", func(c *gin.Context) {
+		var req struct {
+			Endpoint string `json:"endpoint"`
+		}
+		if c.GetHeader("X-User-Id") == "" || c.ShouldBindJSON(&req) != nil {
+			bad(c)
+			return
+		}
+		c.Data(http.StatusOK, "application/json", baselineCheckBody)
 	})
 	e.GET("/healthz", func(c *gin.Context) {
 		c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`))

@@ -86,6 +86,60 @@ func (l *benchTargets) Set(s string) error {
 	return nil
 }
 
+// benchGoal is what a target should reach against the baseline.
+type benchGoal struct {
+	Ratio  float64       // least median rate ratio; 0: none
+	CPU    time.Duration // most server CPU per request over the baseline's
+	HasCPU bool          // whether CPU is a goal
+}
+
+// benchGoals is the repeatable --goal flag of bench, by target name.
+type benchGoals map[string]benchGoal
+
+func (g benchGoals) String() string {
+	var parts []string
+	for name, x := range g {
+		s := fmt.Sprintf("%s=%g", name, x.Ratio)
+		if x.HasCPU {
+			s += "/" + x.CPU.String()
+		}
+		parts = append(parts, s)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// Set implements flag.Value: NAME=RATIO[/CPU], e.g. memory=0.90/5us.
+func (g *benchGoals) Set(s string) error {
+	name, rest, ok := strings.Cut(s, "=")
+	ratio, cpu, hasCPU := strings.Cut(rest, "/")
+	var x benchGoal
+	var err error
+	if ok && name != "" {
+		x.Ratio, err = strconv.ParseFloat(ratio, 64)
+	}
+	if !ok || name == "" || err != nil || x.Ratio < 0 {
+		return fmt.Errorf("loadgen: --goal %q: want NAME=RATIO[/CPU], e.g. memory=0.90/5us", s)
+	}
+	if hasCPU {
+		if x.CPU, err = time.ParseDuration(cpu); err != nil {
+			return fmt.Errorf("loadgen: --goal %q: %q is not a duration", s, cpu)
+		}
+		x.HasCPU = true
+	}
+	if *g == nil {
+		*g = benchGoals{}
+	}
+	(*g)[name] = x
+	return nil
+}
+
+// validRoute says whether name is one of benchRoutes.
+func validRoute(name string) bool {
+	_, ok := lookupRoute(name)
+	return ok
+}
+
 // benchOptions are the flags of bench.
 type benchOptions struct {
 	targets     benchTargets
@@ -101,6 +155,13 @@ type benchOptions struct {
 	wait        time.Duration
 	warmup      time.Duration
 	out         string
+	// route is the request shape (benchRoutes); generator drives the
+	// closed loop: "vegeta" (in process) or "wrk" (the wrk binary).
+	route     string
+	generator string
+	wrk       string
+	goals     benchGoals
+	p99Goal   float64
 }
 
 // validate checks the bench flags.
@@ -122,6 +183,9 @@ func (o *benchOptions) validate() error {
 		{"timeout", o.timeout > 0, "positive"},
 		{"wait", o.wait >= 0, "zero or positive"},
 		{"warmup", o.warmup >= 0, "zero or positive"},
+		{"route", validRoute(o.route), "one of " + routeNames()},
+		{"generator", o.generator == "vegeta" || o.generator == "wrk", "vegeta or wrk"},
+		{"p99-goal", o.p99Goal >= 0, "zero (none) or positive"},
 	}
 	for _, c := range checks {
 		if !c.ok {
@@ -137,20 +201,28 @@ type benchRun struct {
 	FirstFailure string
 	Elapsed      time.Duration
 	Lat          Latencies
-	// CPU is the CPU time the target's processes used during the run; -1
-	// when the target names no process or a process could not be read.
-	CPU time.Duration
+	// CPU is the CPU time the target's first process (the server) used
+	// during the run; -1 when the target names no process or it could not
+	// be read. Backend is the same for its other processes (say, its
+	// redis-server); -1 when it names none.
+	CPU, Backend time.Duration
 }
 
 // Rate is the answered requests per second.
 func (r benchRun) Rate() float64 { return float64(r.OK) / max(r.Elapsed.Seconds(), 1e-9) }
 
-// CPUPerRequest is the target's CPU time per request, or -1 when unknown.
-func (r benchRun) CPUPerRequest() time.Duration {
-	if r.CPU < 0 || r.OK+r.Failed == 0 {
+// CPUPerRequest is the server's CPU time per request, or -1 when unknown.
+func (r benchRun) CPUPerRequest() time.Duration { return r.perRequest(r.CPU) }
+
+// BackendPerRequest is the backend's CPU time per request, or -1 when
+// unknown.
+func (r benchRun) BackendPerRequest() time.Duration { return r.perRequest(r.Backend) }
+
+func (r benchRun) perRequest(d time.Duration) time.Duration {
+	if d < 0 || r.OK+r.Failed == 0 {
 		return -1
 	}
-	return r.CPU / time.Duration(r.OK+r.Failed)
+	return d / time.Duration(r.OK+r.Failed)
 }
 
 // benchRow gathers one target's runs.
@@ -175,23 +247,30 @@ type benchResult struct {
 // always follows the same one), then one fixed-rate run per target.
 func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResult, error) {
 	res := benchResult{opts: o, rows: make([]benchRow, len(o.targets))}
+	route, _ := lookupRoute(o.route)
 	clients := make([]*http.Client, len(o.targets))
 	prefix := fmt.Sprintf("bench%08x", rand.Uint32())
 	for i, t := range o.targets {
 		res.rows[i].Target = t
 		clients[i] = newClient(max(o.connections, fixedMaxWorkers), o.timeout)
-		if err := waitHealthy(ctx, clients[i], t.URL, o.wait); err != nil {
-			return res, fmt.Errorf("%w: %w", errNotReady, err)
-		}
-		if err := probePolicy(ctx, clients[i], t.URL, o.policy, prefix+"-probe", 0, 0); err != nil {
+		// Ready means answering the route with 200 (the peer has no /healthz).
+		if err := poll(ctx, t.URL, o.wait, func() error {
+			return route.probe(ctx, clients[i], t.URL, o.policy, prefix+"-probe")
+		}); err != nil {
 			return res, fmt.Errorf("%w: target %s: %w", errNotReady, t.Name, err)
 		}
 	}
 	closed := func(i int, phase string, du time.Duration) (benchRun, error) {
 		t := o.targets[i]
-		return measure(ctx, t, clients[i], attackSpec{
+		run := prefix + "-" + t.Name + "-" + phase
+		if o.generator == "wrk" {
+			return measure(t, func() (benchRun, error) {
+				return runWrk(ctx, o.wrk, t.URL, route.wrkScript(o.policy, run, o.keys), o.connections, du, o.timeout)
+			})
+		}
+		return measureAttack(ctx, t, clients[i], attackSpec{
 			Name:     "bench-" + t.Name,
-			Targeter: keyTargeter(t.URL, o.policy, prefix+"-"+t.Name+"-"+phase, o.keys),
+			Targeter: route.targeter(t.URL, o.policy, run, o.keys),
 			Pacer:    vegeta.ConstantPacer{}, // no pacing: each client sends as soon as answered
 			Duration: du,
 			Workers:  uint64(o.connections),
@@ -214,7 +293,7 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 				return res, err
 			}
 			res.rows[i].Runs = append(res.rows[i].Runs, r)
-			fmt.Fprintf(stderr, "bench: round %d/%d %-10s %8.0f req/s  p99 %s  cpu/req %s\n",
+			fmt.Fprintf(stderr, "bench: %s %s round %d/%d %-10s %8.0f req/s  p99 %s  cpu/req %s\n", o.generator, route.Path,
 				round+1, o.rounds, o.targets[i].Name, r.Rate(), ms(r.Lat.P99), micros(r.CPUPerRequest()))
 		}
 	}
@@ -227,9 +306,9 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 	}
 	if o.fixedRate > 0 {
 		for i, t := range o.targets {
-			r, err := measure(ctx, t, clients[i], attackSpec{
+			r, err := measureAttack(ctx, t, clients[i], attackSpec{
 				Name:     "bench-fixed-" + t.Name,
-				Targeter: keyTargeter(t.URL, o.policy, prefix+"-"+t.Name+"-fixed", o.keys),
+				Targeter: route.targeter(t.URL, o.policy, prefix+"-"+t.Name+"-fixed", o.keys),
 				Pacer:    vegeta.ConstantPacer{Freq: o.fixedRate, Per: time.Second},
 				Duration: o.fixedFor,
 				Workers:  uint64(o.connections),
@@ -246,38 +325,58 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 	return res, nil
 }
 
-// measure runs one attack on t and reads the CPU time t's processes used
-// meanwhile. Every answer but 200 counts as failed.
-func measure(ctx context.Context, t benchTarget, client *http.Client, spec attackSpec) (benchRun, error) {
-	before, cpuErr := cpuTime(t.PIDs)
-	began := time.Now()
-	rs := attack(ctx, client, spec, nil)
-	run := benchRun{Elapsed: time.Since(began), CPU: -1}
-	after, err := cpuTime(t.PIDs)
-	if cpuErr == nil && err == nil && len(t.PIDs) > 0 {
-		run.CPU = after - before
+// measure runs one measurement of t and reads the CPU time t's processes
+// used meanwhile: the first (the server) into CPU, the others into Backend.
+func measure(t benchTarget, run func() (benchRun, error)) (benchRun, error) {
+	server, backend := t.PIDs[:min(len(t.PIDs), 1)], t.PIDs[min(len(t.PIDs), 1):]
+	s0, sErr := cpuTime(server)
+	b0, bErr := cpuTime(backend)
+	r, err := run()
+	if err != nil {
+		return r, err
 	}
-	if err := ctx.Err(); err != nil {
-		return run, fmt.Errorf("loadgen: bench: %w", err)
+	s1, err := cpuTime(server)
+	r.CPU = -1
+	if sErr == nil && err == nil && len(server) > 0 {
+		r.CPU = s1 - s0
 	}
-	lat := make([]time.Duration, 0, len(rs))
-	for i := range rs {
-		r := &rs[i]
-		if r.Code == http.StatusOK {
-			run.OK++
-			lat = append(lat, r.Latency)
-			continue
+	b1, err := cpuTime(backend)
+	r.Backend = -1
+	if bErr == nil && err == nil && len(backend) > 0 {
+		r.Backend = b1 - b0
+	}
+	return r, nil
+}
+
+// measureAttack runs one vegeta attack on t. Every answer but 200 counts as
+// failed.
+func measureAttack(ctx context.Context, t benchTarget, client *http.Client, spec attackSpec) (benchRun, error) {
+	return measure(t, func() (benchRun, error) {
+		began := time.Now()
+		rs := attack(ctx, client, spec, nil)
+		run := benchRun{Elapsed: time.Since(began)}
+		if err := ctx.Err(); err != nil {
+			return run, fmt.Errorf("loadgen: bench: %w", err)
 		}
-		run.Failed++
-		if run.FirstFailure == "" {
-			run.FirstFailure = r.Error
+		lat := make([]time.Duration, 0, len(rs))
+		for i := range rs {
+			r := &rs[i]
+			if r.Code == http.StatusOK {
+				run.OK++
+				lat = append(lat, r.Latency)
+				continue
+			}
+			run.Failed++
 			if run.FirstFailure == "" {
-				run.FirstFailure = fmt.Sprintf("status %d", r.Code)
+				run.FirstFailure = r.Error
+				if run.FirstFailure == "" {
+					run.FirstFailure = fmt.Sprintf("status %d", r.Code)
+				}
 			}
 		}
-	}
-	run.Lat = summarize(lat)
-	return run, nil
+		run.Lat = summarize(lat)
+		return run, nil
+	})
 }
 
 // cpuTime returns the user plus system CPU time the processes have used,
@@ -360,37 +459,77 @@ func micros(d time.Duration) string {
 // markdown writes the tables.
 func (b benchResult) markdown(w io.Writer) {
 	o := b.opts
-	fmt.Fprintf(w, "### Closed loop: %d connections, %d rounds × %s per target, policy %q over %d keys\n\n",
-		o.connections, o.rounds, o.duration, o.policy, o.keys)
+	route, _ := lookupRoute(o.route)
+	base := b.baselineIndex()
+	fmt.Fprintf(w, "### Closed loop (%s): %s %s, %d connections, %d rounds × %s per target, policy %q over %d keys\n\n",
+		o.generator, route.Method, route.Path, o.connections, o.rounds, o.duration, o.policy, o.keys)
 	fmt.Fprintf(w, "Medians over the rounds. The ratio is the median of the per-round ratios of the target's rate to the "+
-		"baseline's (%q) rate in the same round. CPU is the target's processes' user+system time (/proc/PID/stat) per request.\n\n", o.baseline)
-	fmt.Fprintf(w, "| target | req/s | ratio | p50 | p99 | server CPU/req | failed |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		"baseline's (%q) rate in the same round. Server CPU is the user+system time of the target's first process "+
+		"(/proc/PID/stat) per request, then over the baseline's; backend CPU is its other processes' (say, redis-server).\n\n", o.baseline)
+	fmt.Fprintf(w, "| target | req/s | ratio | goal | p50 | p99 | server CPU/req | over baseline | goal | backend CPU/req | failed |\n"+
+		"|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|\n")
+	var baseCPU time.Duration = -1
+	if base >= 0 {
+		baseCPU = median(column(b.rows[base], benchRun.CPUPerRequest))
+	}
 	for _, r := range b.rows {
-		ratio := "n/a"
+		goal := o.goals[r.Target.Name]
+		ratio, ratioGoal := "n/a", ""
 		if len(r.Ratios) > 0 {
-			ratio = fmt.Sprintf("%.2f", median(r.Ratios))
+			m := median(r.Ratios)
+			ratio = fmt.Sprintf("%.2f", m)
+			if goal.Ratio > 0 {
+				ratioGoal = goalCell(fmt.Sprintf("≥ %.2f", goal.Ratio), m >= goal.Ratio, fmt.Sprintf("short by %.2f", goal.Ratio-m))
+			}
 		}
 		cpu := median(column(r, benchRun.CPUPerRequest))
+		over, cpuGoal := "n/a", ""
+		if cpu >= 0 && baseCPU >= 0 {
+			d := cpu - baseCPU
+			over = fmt.Sprintf("%+.1fµs", float64(d)/float64(time.Microsecond))
+			if goal.HasCPU {
+				cpuGoal = goalCell(fmt.Sprintf("≤ %+.0fµs", float64(goal.CPU)/float64(time.Microsecond)), d <= goal.CPU,
+					fmt.Sprintf("over by %.1fµs", float64(d-goal.CPU)/float64(time.Microsecond)))
+			}
+		}
 		failed := 0
 		for _, run := range r.Runs {
 			failed += run.Failed
 		}
-		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %d |\n", r.Target.Name, median(column(r, benchRun.Rate)), ratio,
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Target.Name, median(column(r, benchRun.Rate)),
+			ratio, ratioGoal,
 			ms(median(column(r, func(x benchRun) time.Duration { return x.Lat.P50 }))),
-			ms(median(column(r, func(x benchRun) time.Duration { return x.Lat.P99 }))), micros(cpu), failed)
+			ms(median(column(r, func(x benchRun) time.Duration { return x.Lat.P99 }))), micros(cpu), over, cpuGoal,
+			micros(median(column(r, benchRun.BackendPerRequest))), failed)
 	}
 	fmt.Fprintln(w)
 	b.failures(w, func(r benchRow) []benchRun { return r.Runs })
 	if o.fixedRate == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\n### Fixed rate: %d req/s for %s per target\n\n", o.fixedRate, o.fixedFor)
-	fmt.Fprintf(w, "| target | sent/s | p50 | p90 | p99 | max | server CPU/req | failed |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(w, "\n### Fixed rate (vegeta): %s %s at %d req/s for %s per target\n\n", route.Method, route.Path, o.fixedRate, o.fixedFor)
+	fmt.Fprintf(w, "| target | sent/s | p50 | p90 | p99 | p99 / baseline's | goal | max | server CPU/req | backend CPU/req | failed |\n"+
+		"|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|\n")
+	var baseP99 time.Duration
+	if base >= 0 && b.rows[base].Fixed != nil {
+		baseP99 = b.rows[base].Fixed.Lat.P99
+	}
 	for _, r := range b.rows {
-		if f := r.Fixed; f != nil {
-			fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %d |\n", r.Target.Name, r.Sent,
-				ms(f.Lat.P50), ms(f.Lat.P90), ms(f.Lat.P99), ms(f.Lat.Max), micros(f.CPUPerRequest()), f.Failed)
+		f := r.Fixed
+		if f == nil {
+			continue
 		}
+		ratio, goal := "n/a", ""
+		if baseP99 > 0 {
+			x := float64(f.Lat.P99) / float64(baseP99)
+			ratio = fmt.Sprintf("%.2f", x)
+			if o.p99Goal > 0 && r.Target.Name != o.baseline {
+				goal = goalCell(fmt.Sprintf("≤ %.2f", o.p99Goal), x <= o.p99Goal, fmt.Sprintf("over by %.2f", x-o.p99Goal))
+			}
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %s | %s | %s | %s | %s | %s | %s | %s | %d |\n", r.Target.Name, r.Sent,
+			ms(f.Lat.P50), ms(f.Lat.P90), ms(f.Lat.P99), ratio, goal, ms(f.Lat.Max),
+			micros(f.CPUPerRequest()), micros(f.BackendPerRequest()), f.Failed)
 	}
 	fmt.Fprintln(w)
 	b.failures(w, func(r benchRow) []benchRun {
@@ -399,6 +538,14 @@ func (b benchResult) markdown(w io.Writer) {
 		}
 		return []benchRun{*r.Fixed}
 	})
+}
+
+// goalCell says whether a goal is met: "GOAL: met" or "GOAL: **GAP**".
+func goalCell(goal string, met bool, gap string) string {
+	if met {
+		return goal + ": met"
+	}
+	return goal + ": **" + gap + "**"
 }
 
 // failures lists, per target, the first failure among the runs of each row

@@ -94,7 +94,7 @@ func TestBenchCountsEveryAnswer(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"bench", "--target", "baseline=" + base.URL + "@" + pid, "--target", "flaky=" + flaky.URL,
 		"--rounds", "2", "--duration", "150ms", "--connections", "4", "--warmup", "0", "--fixed-rate", "200",
-		"--fixed-duration", "150ms", "--keys", "10", "--out", out}, &stdout, &stderr)
+		"--fixed-duration", "150ms", "--keys", "10", "--out", out, "--goal", "flaky=9/1us"}, &stdout, &stderr)
 	require.Equal(t, exitOK, code, stderr.String())
 
 	tables, err := os.ReadFile(out)
@@ -102,12 +102,13 @@ func TestBenchCountsEveryAnswer(t *testing.T) {
 	assert.Equal(t, stdout.String(), string(tables))
 	assert.Contains(t, stdout.String(), "| baseline | ")
 	assert.Contains(t, stdout.String(), "| flaky | ")
-	assert.Contains(t, stdout.String(), "### Fixed rate: 200 req/s for 150ms per target")
+	assert.Contains(t, stdout.String(), "### Fixed rate (vegeta): POST /v1/check at 200 req/s for 150ms per target")
 	assert.Contains(t, stdout.String(), "- flaky: ", "the first failure is named")
 	assert.Contains(t, stdout.String(), "`503 Service Unavailable`")
-	assert.Regexp(t, `\| baseline \| \d+ \| 1\.00 \| [0-9.]+ms \| [0-9.]+ms \| [0-9.]+µs \| 0 \|`, stdout.String())
-	assert.Regexp(t, `\| flaky \| \d+ \| [0-9.]+ \| [0-9.]+ms \| [0-9.]+ms \| n/a \| [1-9]\d* \|`, stdout.String(), "no PID: no CPU")
-	assert.Contains(t, stderr.String(), "bench: round 2/2")
+	assert.Regexp(t, `\| baseline \| \d+ \| 1\.00 \|  \| [0-9.]+ms \| [0-9.]+ms \| [0-9.]+µs \| \+0\.0µs \|  \| n/a \| 0 \|`, stdout.String())
+	assert.Regexp(t, `\| flaky \| \d+ \| [0-9.]+ \| ≥ 9\.00: \*\*short by [0-9.]+\*\* \| [0-9.]+ms \| [0-9.]+ms \| n/a \| n/a \|  \| n/a \| [1-9]\d* \|`,
+		stdout.String(), "no PID: no CPU; a goal it cannot reach")
+	assert.Contains(t, stderr.String(), "bench: vegeta /v1/check round 2/2")
 }
 
 // runBench's own counts match the servers' exactly.
@@ -116,7 +117,7 @@ func TestBenchRunsMatchServerCounts(t *testing.T) {
 	var targets benchTargets
 	require.NoError(t, targets.Set("baseline="+base.URL))
 	require.NoError(t, targets.Set("flaky="+flaky.URL))
-	o := benchOptions{targets: targets, baseline: "baseline", policy: "p", rounds: 2, duration: 100 * time.Millisecond,
+	o := benchOptions{targets: targets, baseline: "baseline", policy: "p", route: "check", generator: "vegeta", rounds: 2, duration: 100 * time.Millisecond,
 		connections: 3, fixedRate: 100, fixedFor: 100 * time.Millisecond, keys: 5, timeout: 5 * time.Second}
 	require.NoError(t, o.validate())
 	res, err := runBench(t.Context(), o, &bytes.Buffer{})

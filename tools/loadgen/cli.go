@@ -112,11 +112,18 @@ func benchFlags(fs *flag.FlagSet, o *options) {
 	fs.IntVar(&b.connections, "connections", 64, "closed-loop clients (keep-alive connections), each sending as soon as answered")
 	fs.IntVar(&b.fixedRate, "fixed-rate", 5000, "requests per second of the latency run after the rounds (0: none)")
 	fs.DurationVar(&b.fixedFor, "fixed-duration", 5*time.Second, "length of one target's fixed-rate run")
-	fs.IntVar(&b.keys, "keys", 10000, "keys each run rotates over, fresh ones per run")
+	fs.IntVar(&b.keys, "keys", 100000, "keys each run spreads over (vegeta in turn, wrk at random), fresh ones per run")
 	fs.DurationVar(&b.timeout, "timeout", 5*time.Second, "timeout of one request")
-	fs.DurationVar(&b.wait, "wait", 0, "wait up to this long for each target's /healthz to answer 200 (0: ask once)")
+	fs.DurationVar(&b.wait, "wait", 0, "wait up to this long for each target to answer the route with 200 (0: ask once)")
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "closed-loop run per target before the rounds, not counted (0: none)")
 	fs.StringVar(&b.out, "out", "", "also write the tables to this `FILE`")
+	fs.StringVar(&b.route, "route", "check", "the requests: check (POST /v1/check), ping (GET /ping, X-Client-Key), rate-check "+
+		"(POST /rate/check, X-User-Id), json (POST /json, Envoy's form; --policy is the domain, the descriptor key \""+envoyDescriptorKey+"\")")
+	fs.StringVar(&b.generator, "generator", "vegeta", "closed-loop load generator: vegeta (in process) or wrk (the wrk binary, one thread)")
+	fs.StringVar(&b.wrk, "wrk", "wrk", "the wrk binary, for --generator wrk")
+	fs.Var(&b.goals, "goal", "`NAME=RATIO[/CPU]`: target NAME should reach RATIO of the baseline's rate and at most CPU more "+
+		"server CPU per request (e.g. memory=0.90/5us); repeat for each")
+	fs.Float64Var(&b.p99Goal, "p99-goal", 0, "at --fixed-rate, each target's p99 should be at most this many times the baseline's (0: none)")
 }
 
 func baselineFlags(fs *flag.FlagSet, o *options) {
@@ -188,17 +195,19 @@ var commands = []command{
 	{
 		name:    "baseline",
 		summary: "serve a limiter-free Gin handler: the HTTP ceiling",
-		detail: "Serves POST /v1/check (decodes the body, answers a constant allowed decision) and GET /healthz\n" +
+		detail: "Serves POST /v1/check, GET /ping and POST /rate/check (each decodes the body or reads the identity\n" +
+			"header, and answers a constant allowed decision) and GET /healthz\n" +
 			"until SIGINT or SIGTERM. Point throughput at it to measure the ceiling of HTTP + JSON on this machine.",
 		flags: []flagGroup{baselineFlags},
 	},
 	{
 		name:    "bench",
 		summary: "the service against the baseline: closed-loop req/s, latency, server CPU per request",
-		detail: "Drives every --target's POST /v1/check (--policy, rotating --keys) with --connections closed-loop\n" +
-			"clients for --duration, --rounds times, the order rotating each round, after a --warmup run each;\n" +
-			"then each at --fixed-rate for --fixed-duration. Prints Markdown tables: median req/s, the median\n" +
-			"per-round ratio to --baseline, p50/p99, and the CPU time of the target's processes per request.",
+		detail: "Drives every --target's --route (POST /v1/check by default; --policy, --keys keys) with --connections\n" +
+			"closed-loop clients (vegeta, or wrk with --generator wrk) for --duration, --rounds times, the order\n" +
+			"rotating each round, after a --warmup run each; then each at --fixed-rate for --fixed-duration\n" +
+			"(vegeta). Prints Markdown tables: median req/s, the median per-round ratio to --baseline, p50/p99,\n" +
+			"the CPU time per request of the target's server and of its backend processes, and the --goal cells.",
 		flags: []flagGroup{benchFlags},
 	},
 }

@@ -169,11 +169,17 @@ func checkHealth(ctx context.Context, c *http.Client, target string) error {
 // waitHealthy asks GET target/healthz every 100ms until it answers 200 or
 // wait has passed; with wait 0 it asks once. It returns the last failure.
 func waitHealthy(ctx context.Context, c *http.Client, target string, wait time.Duration) error {
+	return poll(ctx, target, wait, func() error { return checkHealth(ctx, c, target) })
+}
+
+// poll calls try every 100ms until it succeeds or wait has passed, and
+// returns its last error.
+func poll(ctx context.Context, target string, wait time.Duration, try func() error) error {
 	deadline := time.Now().Add(wait)
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := checkHealth(ctx, c, target)
+		err := try()
 		if err == nil || !time.Now().Before(deadline) {
 			return err
 		}
