@@ -15,7 +15,7 @@ import (
 )
 
 // envoyDescriptorKey is the descriptor key of bench's POST /json requests;
-// the Envoy-format config must have a rule on it (configs/envoy-bench.yaml).
+// the Envoy-format config must have a rule on it (configs/envoy-bench/bench.yaml).
 const envoyDescriptorKey = "client"
 
 // benchRoute is a request shape bench sends over --keys keys: where the key
