@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -26,8 +27,10 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // probeTimeout bounds the start-up check that the store can decide.
@@ -40,26 +43,27 @@ type App struct {
 	cfg      config.Config
 	clock    limiter.Clock
 	log      *slog.Logger
-	store    limiter.Store
-	policies []limiter.Policy
+	store    limiter.Store // the configured store; wrapped by fallback for redis
+	fallback *fallback     // on_store_error for redis; nil for the other stores
 	engine   *gin.Engine
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 
-	reloader      *httpapi.Reloader
+	// current is the configuration in force: every request, the pruning
+	// job and the gRPC server read it, Reload alone replaces it.
+	current   atomic.Pointer[snapshot.Snapshot]
+	metrics   *decide.Metrics   // shared by every snapshot
+	offenders *decide.Offenders // shared by every snapshot
+
 	reloads       *prometheus.CounterVec        // tollgate_config_reloads_total
 	load          func() (config.Config, error) // WithReload's source; nil: Reload fails
 	reloadSignals <-chan os.Signal              // each one calls Reload
 	reloading     sync.Mutex                    // one Reload at a time
-	policiesMu    sync.Mutex                    // guards policies and envoyRules once New has returned
 
 	stopOnce sync.Once
 	stopping chan struct{} // closed when the server starts shutting down
 
 	clockOffset time.Duration // test only: added to clock, see ClockOffsetEnv
-
-	envoyRules *envoy.Rules   // --envoy-config; nil when no Envoy API is asked for
-	envoy      *envoy.Service // answers gRPC and POST /json; nil with envoyRules
 }
 
 // Option configures New.
@@ -94,12 +98,10 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	for _, o := range opts {
 		o(a)
 	}
-	a.policies = a.policiesOf(cfg)
 	rules, err := loadEnvoyRules(cfg)
 	if err != nil {
 		return nil, err
 	}
-	a.envoyRules = rules
 
 	_, systemClock := a.clock.(limiter.SystemClock)
 	if a.clockOffset != 0 {
@@ -111,25 +113,16 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 		return nil, err
 	}
 	a.store = store
-	if err := a.build(ctx); err != nil {
+	if err := a.build(ctx, rules); err != nil {
 		return nil, errors.Join(err, store.Close())
 	}
 	return a, nil
 }
 
-// build probes the store and creates the metrics and the engine.
-func (a *App) build(ctx context.Context) error {
-	if err := a.probe(ctx, a.storedPolicies()); err != nil {
-		// A Redis that cannot answer yet is an outage, not a configuration
-		// error: crash-looping would defeat on_store_error, so serve
-		// degraded (/readyz answers 503 until Redis does).
-		if a.cfg.Store != config.StoreRedis || !errors.Is(err, limiter.ErrUnavailable) {
-			return err
-		}
-		a.log.Warn("the redis store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until redis answers", "error", err)
-	}
+// build probes the store, creates the metrics, the first snapshot and the
+// engine. rules are the Envoy rules; nil when no Envoy API is asked for.
+func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	reg := prometheus.NewRegistry()
-	a.reloader = &httpapi.Reloader{}
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
 		Help: "Expired windows and events deleted by the pruning job.",
@@ -149,46 +142,79 @@ func (a *App) build(ctx context.Context) error {
 		}
 	}
 	if a.cfg.Store == config.StoreRedis {
-		f, err := newFallback(a.store, a.cfg, a.policies, reg, a.log)
+		f, err := newFallback(a.store, a.cfg, nil, reg, a.log)
 		if err != nil {
 			return err
 		}
-		a.store = f // after the probe, which must see the primary's own errors
+		a.fallback = f
 	}
-	metrics, err := httpapi.NewMetrics(reg)
+	var err error
+	if a.metrics, err = decide.NewMetrics(reg); err != nil {
+		return err
+	}
+	if a.offenders, err = decide.NewOffenders(a.cfg.OffendersWindow, a.cfg.OffendersRawKeys); err != nil {
+		return err
+	}
+	snap, err := a.snapshot(a.cfg, rules)
 	if err != nil {
 		return err
 	}
-	off, err := httpapi.NewOffenders(a.cfg.OffendersWindow, a.cfg.OffendersRawKeys)
-	if err != nil {
-		return err
+	// The probe asks the primary itself, which must show its own errors.
+	if err := a.probe(ctx, a.store, snap.Stored()); err != nil {
+		// A Redis that cannot answer yet is an outage, not a configuration
+		// error: crash-looping would defeat on_store_error, so serve
+		// degraded (/readyz answers 503 until Redis does).
+		if a.cfg.Store != config.StoreRedis || !errors.Is(err, limiter.ErrUnavailable) {
+			return err
+		}
+		a.log.Warn("the redis store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until redis answers", "error", err)
 	}
-	if a.envoy, err = a.newEnvoyService(metrics, off); err != nil {
-		return err
+	a.current.Store(snap)
+	if rules != nil && len(rules.Domains()) == 0 {
+		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	engine, err := httpapi.New(httpapi.Options{
-		Store:          a.store,
-		StoreName:      string(a.cfg.Store),
-		Clock:          a.clock,
-		Policies:       a.policies,
-		PingRoute:      a.cfg.RoutePolicies[config.RoutePing],
-		CheckRoute:     a.cfg.RoutePolicies[config.RouteCheck],
+		Snapshot:       a.current.Load,
 		AdminKey:       a.cfg.AdminKey,
 		TrustedProxies: a.cfg.TrustedProxies,
 		Logger:         a.log,
 		Registry:       reg,
 		Draining:       a.draining,
-
-		Reloader:  a.reloader,
-		Offenders: off,
-		Metrics:   metrics,
-		Envoy:     a.envoyAPI(),
 	})
 	if err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
 	a.engine = engine
 	return nil
+}
+
+// snapshot builds, validated whole, the snapshot of cfg's policies, routes
+// and on_store_error modes with the Envoy rules (nil: no Envoy API). It
+// publishes nothing.
+func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapshot, error) {
+	if err := envoyClash(rules, cfg); err != nil {
+		return nil, err
+	}
+	policies := a.policiesOf(cfg)
+	store := a.store
+	if a.fallback != nil {
+		store = a.fallback.withPolicies(cfg, policies)
+	}
+	snap, err := snapshot.New(snapshot.Parts{
+		Policies:   policies,
+		PingRoute:  cfg.RoutePolicies[config.RoutePing],
+		CheckRoute: cfg.RoutePolicies[config.RouteCheck],
+		Envoy:      rules,
+		Store:      store,
+		StoreName:  string(a.cfg.Store),
+		Clock:      a.clock,
+		Metrics:    a.metrics,
+		Offenders:  a.offenders,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
+	}
+	return snap, nil
 }
 
 // openStore opens the configured backend. clientTime makes Redis decide with
@@ -235,12 +261,12 @@ func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
 // probe peeks every one of policies once, so that a store that cannot run a
 // policy's algorithm, or cannot read at all, fails the start (or the reload)
 // rather than the first request.
-func (a *App) probe(ctx context.Context, policies []limiter.Policy) error {
+func (a *App) probe(ctx context.Context, store limiter.Store, policies []limiter.Policy) error {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	now := a.clock.Now()
 	for _, p := range policies {
-		_, err := a.store.Peek(ctx, p, limiter.Key{Subject: "tollgate-start-probe"}, now)
+		_, err := store.Peek(ctx, p, limiter.Key{Subject: "tollgate-start-probe"}, now)
 		switch {
 		case errors.Is(err, limiter.ErrUnsupported):
 			return &config.Error{Field: "policies." + p.Name + ".algorithm", Reason: fmt.Sprintf("%s is not supported by the %s store", p.Algorithm, a.cfg.Store)}
@@ -270,7 +296,8 @@ func (a *App) draining() bool {
 // Prune deletes the state that can no longer affect a decision at the
 // clock's now, for every policy, and returns how many records went.
 func (a *App) Prune(ctx context.Context) (int64, error) {
-	n, err := a.store.Prune(ctx, a.clock.Now(), a.storedPolicies())
+	snap := a.current.Load()
+	n, err := snap.Store.Prune(ctx, a.clock.Now(), snap.Stored())
 	if err != nil {
 		a.pruneErr.Inc()
 		return n, fmt.Errorf("app: prune: %w", err)
@@ -344,7 +371,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 
 // Close closes the store. Call it after Serve has returned.
 func (a *App) Close() error {
-	if err := a.store.Close(); err != nil {
+	if err := a.current.Load().Store.Close(); err != nil {
 		return fmt.Errorf("app: close store: %w", err)
 	}
 	return nil

@@ -35,11 +35,21 @@ import (
 //
 // It logs one line when the primary starts failing and one when it answers
 // again, however many calls see the change. It is safe for concurrent use.
+//
+// A fallback knows the modes of one set of policies, fixed when it is made:
+// a reload makes another with withPolicies, sharing the primary, the local
+// store and the health state, and publishes it in the new snapshot. So a
+// request decides on the modes of the snapshot it loaded.
 type fallback struct {
+	*fallbackState
+	modes *fallbackModes
+}
+
+// fallbackState is what every fallback of one primary shares.
+type fallbackState struct {
 	primary limiter.Store
 	local   *memstore.Store // decides for local policies while the primary cannot
 	usedVec *prometheus.CounterVec
-	modes   atomic.Pointer[fallbackModes] // swapped whole by setPolicies
 	log     *slog.Logger
 
 	calls atomic.Uint64 // tickets handed to calls in the order they start
@@ -48,8 +58,7 @@ type fallback struct {
 	since uint64        // ticket of the call whose outcome last changed down
 }
 
-// fallbackModes is what the fallback knows of the policies in force; it is
-// never changed once published, a reload publishes a new one.
+// fallbackModes is what a fallback knows of the policies in force.
 type fallbackModes struct {
 	mode   map[string]config.StoreErrorMode
 	used   map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
@@ -70,20 +79,19 @@ func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Po
 	if err := reg.Register(used); err != nil {
 		return nil, errors.Join(errors.New("app: register fallback metric"), err)
 	}
-	f := &fallback{
+	st := &fallbackState{
 		primary: primary,
 		local:   memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)),
 		usedVec: used,
 		log:     log,
 	}
-	f.setPolicies(cfg, policies)
-	return f, nil
+	return (&fallback{fallbackState: st}).withPolicies(cfg, policies), nil
 }
 
-// setPolicies makes policies, with the modes cfg gives them, the ones in
-// force: at start and after each reload. Calls already under way finish
-// with the modes they read.
-func (f *fallback) setPolicies(cfg config.Config, policies []limiter.Policy) {
+// withPolicies returns a fallback of the same primary for policies, with the
+// modes cfg gives them: at start and for each reload. f is unchanged, and
+// calls made on it keep its modes.
+func (f *fallback) withPolicies(cfg config.Config, policies []limiter.Policy) *fallback {
 	m := &fallbackModes{
 		mode: make(map[string]config.StoreErrorMode, len(policies)),
 		used: make(map[string]prometheus.Counter, len(policies)),
@@ -99,7 +107,7 @@ func (f *fallback) setPolicies(cfg config.Config, policies []limiter.Policy) {
 			m.locals = append(m.locals, p)
 		}
 	}
-	f.modes.Store(m)
+	return &fallback{fallbackState: f.fallbackState, modes: m}
 }
 
 // storeFailed reports whether err says the store could not decide, as
@@ -143,7 +151,7 @@ func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Reques
 	if !f.observe(ctx, ticket, err) {
 		return d, err
 	}
-	m := f.modes.Load()
+	m := f.modes
 	switch m.mode[p.Name] {
 	case config.FailOpen:
 		m.used[p.Name].Inc()
@@ -160,7 +168,7 @@ func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Reques
 func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
 	ticket := f.calls.Add(1)
 	d, err := f.primary.Peek(ctx, p, k, now)
-	if f.observe(ctx, ticket, err) && f.modes.Load().mode[p.Name] == config.Local {
+	if f.observe(ctx, ticket, err) && f.modes.mode[p.Name] == config.Local {
 		return f.local.Peek(ctx, p, k, now)
 	}
 	return d, err
@@ -181,7 +189,7 @@ func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.
 	ticket := f.calls.Add(1)
 	n, err := on(f.primary)
 	f.observe(ctx, ticket, err)
-	if f.modes.Load().mode[p.Name] == config.Local {
+	if f.modes.mode[p.Name] == config.Local {
 		m, lerr := on(f.local)
 		n, err = n+m, errors.Join(err, lerr)
 	}
@@ -191,7 +199,7 @@ func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.
 // Prune prunes the primary and the local store.
 func (f *fallback) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
 	n, err := f.primary.Prune(ctx, now, policies)
-	m, lerr := f.local.Prune(ctx, now, f.modes.Load().locals)
+	m, lerr := f.local.Prune(ctx, now, f.modes.locals)
 	return n + m, errors.Join(err, lerr)
 }
 

@@ -74,7 +74,7 @@ func (r *fallbackRig) allow(p limiter.Policy, k limiter.Key) (limiter.Decision, 
 
 // fallbacks returns policy p's tollgate_store_fallback_total.
 func fallbacks(f *fallback, p limiter.Policy) float64 {
-	return testutil.ToFloat64(f.modes.Load().used[p.Name].(prometheus.Collector))
+	return testutil.ToFloat64(f.modes.used[p.Name].(prometheus.Collector))
 }
 
 // A reload changes a policy's mode: the next decision during the outage
@@ -86,7 +86,7 @@ func TestFallbackModesFollowAReload(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrUnavailable, "fail_closed before the reload")
 
 	added := limiter.Policy{Name: "added", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour}
-	r.f.setPolicies(config.Config{OnStoreError: map[string]config.StoreErrorMode{
+	r.f = r.f.withPolicies(config.Config{OnStoreError: map[string]config.StoreErrorMode{
 		"closed": config.FailOpen, "added": config.Local,
 	}}, []limiter.Policy{closedPolicy, added})
 
@@ -148,7 +148,7 @@ func TestFallbackFollowsEachPolicysModeDuringAnOutage(t *testing.T) {
 
 	assert.Equal(t, 5.0, fallbacks(r.f, openPolicy))
 	assert.Equal(t, 5.0, fallbacks(r.f, localPolicy), "refusals are fallback decisions too")
-	assert.NotContains(t, r.f.modes.Load().used, closedPolicy.Name, "fail_closed has no fallback counter")
+	assert.NotContains(t, r.f.modes.used, closedPolicy.Name, "fail_closed has no fallback counter")
 	assert.Equal(t, 1, r.logLines("store degraded"), "one line, not one per call")
 	assert.Equal(t, 0, r.logLines("store recovered"))
 	require.Error(t, r.f.Ping(ctx), "ping fails while degraded")

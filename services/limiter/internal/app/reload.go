@@ -3,7 +3,6 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"maps"
 	"os"
 	"reflect"
@@ -60,13 +59,6 @@ func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
 	return ps
 }
 
-// currentPolicies returns the policies in force.
-func (a *App) currentPolicies() []limiter.Policy {
-	a.policiesMu.Lock()
-	defer a.policiesMu.Unlock()
-	return a.policies
-}
-
 // Reload reads the configuration again and replaces the policies and routes
 // without dropping a request: the new set is validated completely (the
 // configuration's own checks, then a probe that the store can decide every
@@ -102,34 +94,20 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 		return cfg, err
 	}
 	// The Envoy folder the service started with is read again too.
-	a.policiesMu.Lock()
-	rules := a.envoyRules
-	a.policiesMu.Unlock()
+	rules := a.current.Load().Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
 		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig); err != nil {
 			return cfg, err
 		}
 	}
-	if err := envoyClash(rules, cfg); err != nil {
-		return cfg, err
-	}
-	policies := a.policiesOf(cfg)
-	if err := a.probe(ctx, withEnvoy(policies, rules)); err != nil {
-		return cfg, err
-	}
-	err = a.reloader.Reload(policies, cfg.RoutePolicies[config.RoutePing], cfg.RoutePolicies[config.RouteCheck])
+	snap, err := a.snapshot(cfg, rules)
 	if err != nil {
-		return cfg, fmt.Errorf("app: reload: %w", err)
+		return cfg, err
 	}
-	a.policiesMu.Lock()
-	a.policies, a.envoyRules = policies, rules
-	a.policiesMu.Unlock()
-	if a.envoy != nil {
-		a.envoy.SetRules(rules)
+	if err := a.probe(ctx, snap.Store, snap.Stored()); err != nil {
+		return cfg, err
 	}
-	if f, ok := a.store.(*fallback); ok {
-		f.setPolicies(cfg, policies)
-	}
+	a.current.Store(snap)
 	return cfg, nil
 }
 

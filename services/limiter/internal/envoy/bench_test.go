@@ -8,11 +8,9 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 // requests returns n requests for the edge domain, each for its own
@@ -28,12 +26,9 @@ func requests(n int) []*rlsv3.RateLimitRequest {
 // BenchmarkServiceMemory is one ShouldRateLimit call in process (matching,
 // the memory store, the answer and its headers), over 4096 customers.
 func BenchmarkServiceMemory(b *testing.B) {
-	m, err := httpapi.NewMetrics(prometheus.NewRegistry())
-	require.NoError(b, err)
 	store := memstore.New()
 	b.Cleanup(func() { _ = store.Close() })
-	svc, err := New(Options{Rules: fixtures(b), Store: store, StoreName: "memory", Clock: limitertest.NewClock(t0), Metrics: m})
-	require.NoError(b, err)
+	svc := newService(b, fixtures(b), store, limitertest.NewClock(t0), prometheus.NewRegistry())
 	reqs := requests(4096)
 	b.ReportAllocs()
 	i := 0

@@ -19,7 +19,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
 
 // t0 is 15 seconds before a minute ends.
@@ -61,12 +61,8 @@ func fixtures(t testing.TB) *Rules {
 func serve(t testing.TB, rules *Rules, store limiter.Store) *server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
-	m, err := httpapi.NewMetrics(reg)
-	require.NoError(t, err)
 	clock := limitertest.NewClock(t0)
-	svc, err := New(Options{Rules: rules, Store: store, StoreName: "test", Clock: clock, Metrics: m})
-	require.NoError(t, err)
-	srv, _ := NewGRPCServer(svc, nil)
+	srv, _ := NewGRPCServer(newService(t, rules, store, clock, reg), nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	go func() { _ = srv.Serve(ln) }()
@@ -75,6 +71,17 @@ func serve(t testing.TB, rules *Rules, store limiter.Store) *server {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return &server{client: rlsv3.NewRateLimitServiceClient(conn), health: healthpb.NewHealthClient(conn), clock: clock, metrics: reg}
+}
+
+// newService returns a Service deciding rules on store, with its metrics
+// on reg.
+func newService(t testing.TB, rules *Rules, store limiter.Store, clock limiter.Clock, reg prometheus.Registerer) *Service {
+	t.Helper()
+	m, err := decide.NewMetrics(reg)
+	require.NoError(t, err)
+	dec, err := decide.New(decide.Options{Store: store, StoreName: "test", Clock: clock, Metrics: m})
+	require.NoError(t, err)
+	return NewService(func() (*Rules, *decide.Decider) { return rules, dec })
 }
 
 // entries builds a descriptor from key, value pairs.

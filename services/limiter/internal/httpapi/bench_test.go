@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 // BenchmarkV1Check measures POST /v1/check through the Gin engine (recorder,
@@ -24,7 +23,7 @@ func BenchmarkV1Check(b *testing.B) {
 	}
 	for _, sk := range stores {
 		b.Run(sk.name, func(b *testing.B) {
-			s := newServer(b, sk.open(b), func(o *httpapi.Options) {
+			s := newServer(b, sk.open(b), func(o *options) {
 				o.Policies = append(o.Policies, roomy)
 				o.Logger = nil // discard: measure the engine, not the log writer
 			})

@@ -1,4 +1,6 @@
 package httpapi
 
-// HashClient exposes hashClient to the external tests.
-var HashClient = hashClient
+import "github.com/tollgate/tollgate/services/limiter/internal/decide"
+
+// HashClient is the digest the access log shows for a client key.
+var HashClient = decide.HashKey

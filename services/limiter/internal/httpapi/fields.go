@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
 
 // The rate-limit header fields, in the canonical form net/http gives them
@@ -18,20 +18,23 @@ const (
 	fieldReset     = "X-Ratelimit-Reset"
 )
 
-// setLimitFields sets the RateLimit-Policy field to policyHeader and, when
-// d is not nil, the RateLimit and X-RateLimit-* fields for policy name's
-// decision d. The values share one allocation.
-func setLimitFields(hd http.Header, policyHeader, name string, d *limiter.Decision) {
-	if d == nil {
-		hd[fieldPolicy] = []string{policyHeader}
+// setLimitFields sets the RateLimit-Policy field and, when a policy is
+// shown, the RateLimit and X-RateLimit-* fields of hv. Nothing is set when
+// every policy is a shadow. The values share one allocation.
+func setLimitFields(hd http.Header, hv decide.Header) {
+	if hv.Policy == "" {
+		return
+	}
+	if hv.RateLimit == "" {
+		hd[fieldPolicy] = []string{hv.Policy}
 		return
 	}
 	v := [...]string{
-		policyHeader,
-		RateLimitHeader(name, *d),
-		strconv.FormatInt(d.Limit, 10),
-		strconv.FormatInt(d.Remaining, 10),
-		strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10),
+		hv.Policy,
+		hv.RateLimit,
+		strconv.FormatInt(hv.Limit, 10),
+		strconv.FormatInt(hv.Remaining, 10),
+		strconv.FormatInt(hv.Reset, 10),
 	}
 	vals := v[:] // one backing array for the five one-value slices
 	hd[fieldPolicy] = vals[0:1:1]

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
 
 // The field names assigned without Header.Set are the canonical ones, so that
@@ -22,7 +23,10 @@ func TestLimitFieldsAreCanonical(t *testing.T) {
 func TestLimitFieldsAreIndependent(t *testing.T) {
 	hd := http.Header{}
 	d := limiter.Decision{Limit: 10, Remaining: 3, ResetAfter: 1500_000_000}
-	setLimitFields(hd, `"p";q=10;w=60`, "p", &d)
+	setLimitFields(hd, decide.Header{
+		Policy: `"p";q=10;w=60`, RateLimit: decide.RateLimitHeader("p", d),
+		Limit: d.Limit, Remaining: d.Remaining, Reset: limiter.RetryAfterSeconds(d.ResetAfter),
+	})
 	hd.Add("RateLimit-Policy", "extra")
 	assert.Equal(t, []string{`"p";q=10;w=60`, "extra"}, hd.Values("RateLimit-Policy"))
 	assert.Equal(t, []string{`"p";r=3;t=2`}, hd.Values("RateLimit"))
@@ -31,7 +35,7 @@ func TestLimitFieldsAreIndependent(t *testing.T) {
 	assert.Equal(t, "2", hd.Get("X-RateLimit-Reset"))
 
 	only := http.Header{}
-	setLimitFields(only, `"p";q=10;w=60`, "", nil)
+	setLimitFields(only, decide.Header{Policy: `"p";q=10;w=60`})
 	assert.Equal(t, http.Header{"Ratelimit-Policy": {`"p";q=10;w=60`}}, only)
 }
 

@@ -10,25 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
-
-// TestHeaderFormatsMatchTheDraft checks the field values against the examples
-// of draft-ietf-httpapi-ratelimit-headers-10.
-func TestHeaderFormatsMatchTheDraft(t *testing.T) {
-	burst := limiter.Policy{Name: "burst", Algorithm: limiter.FixedWindow, Limit: 100, Window: time.Minute}
-	daily := limiter.Policy{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 1000, Window: 24 * time.Hour}
-	shadow := limiter.Policy{Name: "trial", Algorithm: limiter.FixedWindow, Limit: 5, Window: time.Second, Shadow: true}
-
-	assert.Equal(t, `"burst";q=100;w=60, "daily";q=1000;w=86400`, httpapi.PolicyHeader([]limiter.Policy{burst, shadow, daily}))
-	assert.Equal(t, `"default";r=50;t=30`, httpapi.RateLimitHeader("default", limiter.Decision{Remaining: 50, ResetAfter: 30 * time.Second}))
-	assert.Equal(t, `"default";r=0;t=1`, httpapi.RateLimitHeader("default", limiter.Decision{ResetAfter: time.Nanosecond}), "t is rounded up")
-	assert.Empty(t, httpapi.PolicyHeader([]limiter.Policy{shadow}), "shadow policies are not announced")
-
-	odd := limiter.Policy{Name: `a"b\c`, Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}
-	assert.Equal(t, `"a\"b\\c";q=1;w=1`, httpapi.PolicyHeader([]limiter.Policy{odd}))
-	assert.Equal(t, `"a\"b\\c";r=1;t=0`, httpapi.RateLimitHeader(odd.Name, limiter.Decision{Remaining: 1}))
-}
 
 // TestPingHeadersAcrossAWindow scripts /ping through one window with the
 // fake clock: remaining and reset count down, and both are right at the
@@ -77,7 +59,7 @@ func TestRoutePolicies(t *testing.T) {
 	trial := limiter.Policy{Name: "trial", Algorithm: limiter.SlidingLog, Limit: 1, Window: time.Minute, Shadow: true}
 	for _, sk := range stores {
 		t.Run(sk.name, func(t *testing.T) {
-			s := newServer(t, sk.open(t), func(o *httpapi.Options) {
+			s := newServer(t, sk.open(t), func(o *options) {
 				o.Policies = append(o.Policies, burst, trial)
 				o.PingRoute = []string{"ping", "trial", "burst"}
 			})
@@ -135,7 +117,7 @@ func TestAuditGoesWithTheLastEnforcingPolicy(t *testing.T) {
 	path := sqliteDB(t)
 	burst := limiter.Policy{Name: "burst", Algorithm: limiter.FixedWindow, Limit: 2, Window: time.Minute}
 	trial := limiter.Policy{Name: "trial", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Minute, Shadow: true}
-	s := newServer(t, openSQLiteAt(t, path), func(o *httpapi.Options) {
+	s := newServer(t, openSQLiteAt(t, path), func(o *options) {
 		o.Policies = append(o.Policies, burst, trial)
 		o.PingRoute = []string{"ping", "burst", "trial"}
 	})

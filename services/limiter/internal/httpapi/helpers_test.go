@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -25,7 +26,9 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 func TestMain(m *testing.M) {
@@ -96,39 +99,75 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// options are what a test server is built from: the engine's options and
+// the parts of its snapshots.
+type options struct {
+	httpapi.Options
+	Policies              []limiter.Policy
+	PingRoute, CheckRoute []string
+	StoreName             string
+	OffendersWindow       time.Duration
+	OffendersRawKeys      bool
+}
+
 // server is one engine under test with its fake clock, store and logs.
 type server struct {
-	t      testing.TB
-	engine *gin.Engine
-	clock  *limitertest.Clock
-	store  limiter.Store
-	logs   *syncBuffer
-	opts   httpapi.Options
+	t         testing.TB
+	engine    *gin.Engine
+	clock     *limitertest.Clock
+	store     limiter.Store
+	logs      *syncBuffer
+	opts      options
+	current   *atomic.Pointer[snapshot.Snapshot]
+	decisions *decide.Metrics
+	refusals  *decide.Offenders
 }
 
 // newServer builds an engine on store with the seed configuration, changed
 // by the edit functions.
-func newServer(t testing.TB, store limiter.Store, edit ...func(*httpapi.Options)) *server {
+func newServer(t testing.TB, store limiter.Store, edit ...func(*options)) *server {
 	t.Helper()
-	s := &server{t: t, clock: limitertest.NewClock(t0), store: store, logs: &syncBuffer{}}
-	s.opts = httpapi.Options{
-		Store:      store,
-		StoreName:  "test",
-		Clock:      s.clock,
+	s := &server{t: t, clock: limitertest.NewClock(t0), store: store, logs: &syncBuffer{}, current: &atomic.Pointer[snapshot.Snapshot]{}}
+	s.opts = options{
+		Options: httpapi.Options{
+			AdminKey: adminKey,
+			Logger:   slog.New(slog.NewTextHandler(s.logs, nil)),
+			Registry: prometheus.NewRegistry(),
+		},
 		Policies:   []limiter.Policy{pingPolicy, checkPolicy},
 		PingRoute:  []string{"ping"},
 		CheckRoute: []string{"check"},
-		AdminKey:   adminKey,
-		Logger:     slog.New(slog.NewTextHandler(s.logs, nil)),
-		Registry:   prometheus.NewRegistry(),
+		StoreName:  "test",
 	}
 	for _, e := range edit {
 		e(&s.opts)
 	}
 	var err error
-	s.engine, err = httpapi.New(s.opts)
+	s.decisions, err = decide.NewMetrics(s.opts.Registry)
+	require.NoError(t, err)
+	s.refusals, err = decide.NewOffenders(s.opts.OffendersWindow, s.opts.OffendersRawKeys)
+	require.NoError(t, err)
+	require.NoError(t, s.Reload(s.opts.Policies, s.opts.PingRoute, s.opts.CheckRoute))
+	s.opts.Snapshot = s.current.Load
+	s.engine, err = httpapi.New(s.opts.Options)
 	require.NoError(t, err)
 	return s
+}
+
+// Reload builds a snapshot of policies and routes on the server's store and
+// publishes it, as the service's reload does; on error the one in force
+// stays.
+func (s *server) Reload(policies []limiter.Policy, pingRoute, checkRoute []string) error {
+	snap, err := snapshot.New(snapshot.Parts{
+		Policies: policies, PingRoute: pingRoute, CheckRoute: checkRoute,
+		Store: s.store, StoreName: s.opts.StoreName, Clock: s.clock,
+		Metrics: s.decisions, Offenders: s.refusals,
+	})
+	if err != nil {
+		return err
+	}
+	s.current.Store(snap)
+	return nil
 }
 
 // req describes one request; RemoteAddr defaults to httptest's 192.0.2.1.

@@ -27,7 +27,7 @@ func TestSpoofedForwardedForIsIgnoredByDefault(t *testing.T) {
 }
 
 func TestForwardedForIsHonouredFromTrustedProxiesOnly(t *testing.T) {
-	s := newServer(t, openMemory(t), func(o *httpapi.Options) { o.TrustedProxies = []string{"10.0.0.0/8"} })
+	s := newServer(t, openMemory(t), func(o *options) { o.TrustedProxies = []string{"10.0.0.0/8"} })
 	viaProxy := func(xff string) map[string]any {
 		w := s.do(req{method: http.MethodGet, target: "/ping", remote: "10.1.2.3:4000", header: map[string]string{"X-Forwarded-For": xff}})
 		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
@@ -56,7 +56,7 @@ func TestBadTrustedProxyIsRefused(t *testing.T) {
 	o := newServer(t, openMemory(t)).opts
 	o.Registry = prometheus.NewRegistry()
 	o.TrustedProxies = []string{"10.0.0.0/8", "not-a-cidr"}
-	_, err := httpapi.New(o)
+	_, err := httpapi.New(o.Options)
 	require.Error(t, err)
 	assert.True(t, strings.HasPrefix(err.Error(), "httpapi: trusted proxies: "), err.Error())
 }

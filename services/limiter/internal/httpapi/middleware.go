@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -11,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
 
 // Gin context keys.
@@ -49,13 +49,6 @@ func (h *handler) requestID(c *gin.Context) {
 	c.Next()
 }
 
-// hashClient returns a short SHA-256 digest of a client key for the logs,
-// so that lines about one client can be matched without logging the key.
-func hashClient(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
-
 // observe writes one access-log line and counts the request, after the rest
 // of the chain has run. It logs the route template, never the raw path (which
 // may hold a user id), nor any header.
@@ -67,7 +60,7 @@ func (h *handler) observe(c *gin.Context) {
 	if route == "" {
 		route = "unmatched"
 	}
-	h.metrics.requests.WithLabelValues(route, codeClass(status)).Inc()
+	h.requests.WithLabelValues(route, codeClass(status)).Inc()
 	if !h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
 		return // no access log: skip building the line
 	}
@@ -80,7 +73,7 @@ func (h *handler) observe(c *gin.Context) {
 		slog.String("request_id", c.GetString(ctxRequestID)),
 	)
 	if k := c.GetString(ctxClient); k != "" {
-		attrs = append(attrs, slog.String("client", hashClient(k)))
+		attrs = append(attrs, slog.String("client", decide.HashKey(k)))
 	}
 	h.log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
 }
@@ -104,7 +97,7 @@ func (h *handler) recover(c *gin.Context) {
 			c.Abort()
 			return
 		}
-		abortProblem(c, http.StatusInternalServerError, "internal error; the request id identifies it in the logs")
+		h.writeProblem(c, internalError())
 	}()
 	c.Next()
 }

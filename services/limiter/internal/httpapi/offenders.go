@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -9,11 +8,8 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
-
-// DefaultOffendersWindow is the interval of GET /admin/offenders unless
-// Options says otherwise.
-const DefaultOffendersWindow = time.Minute
 
 type (
 	offenderEntry struct {
@@ -33,73 +29,37 @@ type (
 	}
 )
 
-// Offenders counts refusals by (policy, key) for GET /admin/offenders; the
-// HTTP routes and the Envoy API record into the same one. It is safe for
-// concurrent use.
-type Offenders struct {
-	tracker *offenders.Tracker
-	raw     bool // keys listed as sent, not as the access log's hash
-}
-
-// NewOffenders returns an empty Offenders whose report covers the current
-// and previous window (0 means DefaultOffendersWindow); raw lists keys as
-// sent instead of hashed.
-func NewOffenders(window time.Duration, raw bool) (*Offenders, error) {
-	if window == 0 {
-		window = DefaultOffendersWindow
-	}
-	t, err := offenders.NewTracker(window, offenders.DefaultCapacity)
-	if err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
-	}
-	return &Offenders{tracker: t, raw: raw}, nil
-}
-
-// Record counts one refusal of subject by policy at now, under the key form
-// the report shows. A nil *Offenders records nothing.
-func (o *Offenders) Record(now time.Time, policy, subject string) {
-	if o == nil {
-		return
-	}
-	key := subject
-	if !o.raw {
-		key = hashClient(subject)
-	}
-	o.tracker.Record(now, offenders.Item{Policy: policy, Key: key})
-}
-
 // handleOffenders answers GET /admin/offenders[?limit=N]: the (policy, key)
 // pairs refused most in the current and previous interval, at most N (default
 // the sketch's capacity), each with its count and the count's possible
 // over-estimate (the true count is in [count-error, count]); unlisted_max
 // bounds the refusals of any pair not listed. Admin only, like /rate/reset.
-func (h *handler) handleOffenders(c *gin.Context) {
-	if !h.isAdmin(c) {
-		abortProblem(c, http.StatusForbidden, "a valid X-Admin-Key is required")
-		return
+func (h *handler) handleOffenders(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	if p := h.admin(c); p != nil {
+		return answer{}, p
 	}
 	limit := offenders.DefaultCapacity
 	if v, given := c.GetQuery("limit"); given {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			abortProblem(c, http.StatusUnprocessableEntity, "query parameter limit must be a positive integer")
-			return
+			return answer{}, fail(http.StatusUnprocessableEntity, "query parameter limit must be a positive integer")
 		}
 		limit = n
 	}
-	r := h.offenders.tracker.Report(h.clock.Now())
+	off := s.Decider.Offenders()
+	r := off.Report(s.Decider.Now())
 	entries := r.Entries[:min(limit, len(r.Entries))]
 	list := make([]offenderEntry, 0, len(entries))
 	for _, e := range entries {
 		list = append(list, offenderEntry{Policy: e.Policy, Key: e.Key, Count: e.Count, Error: e.Error})
 	}
-	c.JSON(http.StatusOK, offendersBody{
+	return ok(offendersBody{
 		WindowSeconds: r.Window.Seconds(),
 		Since:         r.Since.UTC().Format(time.RFC3339),
 		Capacity:      r.Capacity,
 		Refusals:      r.Recorded,
 		UnlistedMax:   r.Unlisted,
-		RawKeys:       h.offenders.raw,
+		RawKeys:       off.RawKeys(),
 		Offenders:     list,
-	})
+	}), nil
 }

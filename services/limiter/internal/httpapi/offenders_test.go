@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 )
@@ -47,7 +47,7 @@ func TestOffendersIsAdminOnlyAndFailsClosed(t *testing.T) {
 	for _, h := range []map[string]string{nil, {"X-Admin-Key": ""}, {"X-Admin-Key": "wrong"}, {"X-Admin-Key": adminKey + " "}} {
 		assertProblem(t, s.do(req{method: http.MethodGet, target: "/admin/offenders", header: h}), http.StatusForbidden, "forbidden")
 	}
-	noKey := newServer(t, openMemory(t), func(o *httpapi.Options) { o.AdminKey = "" })
+	noKey := newServer(t, openMemory(t), func(o *options) { o.AdminKey = "" })
 	for _, h := range []map[string]string{nil, {"X-Admin-Key": ""}, {"X-Admin-Key": adminKey}} {
 		assertProblem(t, noKey.do(req{method: http.MethodGet, target: "/admin/offenders", header: h}), http.StatusForbidden, "forbidden")
 	}
@@ -63,7 +63,7 @@ func TestOffendersIsAdminOnlyAndFailsClosed(t *testing.T) {
 // error, the list is bounded by the sketch's capacity, and no unlisted client
 // was refused more than unlisted_max times.
 func TestOffendersUnderASkewedWorkload(t *testing.T) {
-	s := newServer(t, openMemory(t), func(o *httpapi.Options) { o.Policies[0] = withLimit(pingPolicy, 1) })
+	s := newServer(t, openMemory(t), func(o *options) { o.Policies[0] = withLimit(pingPolicy, 1) })
 	z := rand.NewZipf(rand.New(rand.NewPCG(42, 42)), 1.1, 1, 4999)
 	refused := map[string]uint64{} // hash -> true refusals
 	var total uint64
@@ -108,7 +108,7 @@ func TestOffendersUnderASkewedWorkload(t *testing.T) {
 }
 
 func TestOffendersRawKeysAndRotation(t *testing.T) {
-	s := newServer(t, openMemory(t), func(o *httpapi.Options) {
+	s := newServer(t, openMemory(t), func(o *options) {
 		o.OffendersRawKeys = true
 		o.OffendersWindow = 10 * time.Second
 	})
@@ -141,9 +141,6 @@ func TestOffendersRawKeysAndRotation(t *testing.T) {
 }
 
 func TestOffendersRefusesABadWindow(t *testing.T) {
-	o := newServer(t, openMemory(t)).opts
-	o.Registry = prometheus.NewRegistry()
-	o.OffendersWindow = -time.Second
-	_, err := httpapi.New(o)
+	_, err := decide.NewOffenders(-time.Second, false)
 	require.ErrorIs(t, err, offenders.ErrWindow)
 }

@@ -13,7 +13,7 @@ import (
 )
 
 func TestMetricsAfterKnownTraffic(t *testing.T) {
-	s := newServer(t, openSQLite(t), func(o *httpapi.Options) { o.StoreName = "sqlite" })
+	s := newServer(t, openSQLite(t), func(o *options) { o.StoreName = "sqlite" })
 	for range 5 {
 		s.ping("m") // 3 allowed, 2 limited
 	}
@@ -48,7 +48,7 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 func TestStoreErrorsAnswer503AndAreCounted(t *testing.T) {
 	for _, sk := range stores {
 		t.Run(sk.name, func(t *testing.T) {
-			s := newServer(t, sk.open(t), func(o *httpapi.Options) { o.StoreName = sk.name })
+			s := newServer(t, sk.open(t), func(o *options) { o.StoreName = sk.name })
 			require.Equal(t, http.StatusOK, s.do(req{method: http.MethodGet, target: "/readyz"}).Code)
 			require.NoError(t, s.store.Close())
 
@@ -73,7 +73,7 @@ func TestStoreErrorsAnswer503AndAreCounted(t *testing.T) {
 
 func TestHealthAndReadiness(t *testing.T) {
 	draining := false
-	s := newServer(t, openMemory(t), func(o *httpapi.Options) { o.Draining = func() bool { return draining } })
+	s := newServer(t, openMemory(t), func(o *options) { o.Draining = func() bool { return draining } })
 	w := s.do(req{method: http.MethodGet, target: "/healthz"})
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, map[string]any{"status": "ok"}, decode(t, w))

@@ -106,74 +106,65 @@ func singleHeader(c *gin.Context, name string) (string, error) {
 	return "", inputError(name, "is given %d times", len(vs))
 }
 
-// userIDHeader reads X-User-Id, answering 400 when it is missing or invalid.
-func userIDHeader(c *gin.Context) (int64, string, bool) {
+// userIDHeader reads X-User-Id: 400 when it is missing or invalid.
+func userIDHeader(c *gin.Context) (int64, string, *problem) {
 	raw, err := singleHeader(c, "X-User-Id")
 	if err == nil {
 		var id int64
 		var canon string
 		if id, canon, err = ParseUserID(raw); err == nil {
-			return id, canon, true
+			return id, canon, nil
 		}
 	}
-	abortProblem(c, http.StatusBadRequest, "X-User-Id must be one positive decimal integer: "+detail(err))
-	return 0, "", false
+	return 0, "", fail(http.StatusBadRequest, "X-User-Id must be one positive decimal integer: "+detail(err))
 }
 
-// readBody reads a non-empty body of at most MaxBodyBytes. It answers 413
-// for a larger body and 400 for an empty or unreadable one.
-func readBody(c *gin.Context) ([]byte, bool) {
+// readBody reads a non-empty body of at most MaxBodyBytes: 413 for a larger
+// body, 400 for an empty or unreadable one.
+func readBody(c *gin.Context) ([]byte, *problem) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			abortProblem(c, http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
-		} else {
-			abortProblem(c, http.StatusBadRequest, "the body could not be read")
+		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
+			return nil, fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
 		}
-		return nil, false
+		return nil, fail(http.StatusBadRequest, "the body could not be read")
 	}
 	if len(strings.TrimSpace(string(body))) == 0 {
-		abortProblem(c, http.StatusBadRequest, "the body is empty; send a JSON object")
-		return nil, false
+		return nil, fail(http.StatusBadRequest, "the body is empty; send a JSON object")
 	}
-	return body, true
+	return body, nil
 }
 
-// readObject reads a JSON object body of at most MaxBodyBytes. It answers
-// 413 for a larger body and 400 for an empty or unparsable one (trailing
-// data included) or one that is not an object.
-func readObject(c *gin.Context) (map[string]json.RawMessage, bool) {
-	body, ok := readBody(c)
-	if !ok {
-		return nil, false
+// readObject reads a JSON object body of at most MaxBodyBytes: 413 for a
+// larger body, 400 for an empty or unparsable one (trailing data included)
+// or one that is not an object.
+func readObject(c *gin.Context) (map[string]json.RawMessage, *problem) {
+	body, p := readBody(c)
+	if p != nil {
+		return nil, p
 	}
 	var obj map[string]json.RawMessage
 	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
-		abortProblem(c, http.StatusBadRequest, "the body is not a JSON object")
-		return nil, false
+		return nil, fail(http.StatusBadRequest, "the body is not a JSON object")
 	}
-	return obj, true
+	return obj, nil
 }
 
-// stringMember returns obj[name] as a validated string, answering 422 when
-// it is missing, not a string or fails check.
-func stringMember(c *gin.Context, obj map[string]json.RawMessage, name string, check func(string) error) (string, bool) {
+// stringMember returns obj[name] as a validated string: 422 when it is
+// missing, not a string or fails check.
+func stringMember(obj map[string]json.RawMessage, name string, check func(string) error) (string, *problem) {
 	raw, ok := obj[name]
 	if !ok {
-		abortProblem(c, http.StatusUnprocessableEntity, name+" is required")
-		return "", false
+		return "", fail(http.StatusUnprocessableEntity, name+" is required")
 	}
 	// Raw bytes must be valid UTF-8: json.Unmarshal would silently replace
 	// invalid bytes with U+FFFD.
 	var s string
 	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil {
-		abortProblem(c, http.StatusUnprocessableEntity, name+" must be a UTF-8 string")
-		return "", false
+		return "", fail(http.StatusUnprocessableEntity, name+" must be a UTF-8 string")
 	}
 	if err := check(s); err != nil {
-		abortProblem(c, http.StatusUnprocessableEntity, detail(err))
-		return "", false
+		return "", fail(http.StatusUnprocessableEntity, detail(err))
 	}
-	return s, true
+	return s, nil
 }

@@ -2,12 +2,14 @@ package httpapi
 
 import (
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // ProblemContentType is the media type of every error answer (RFC 9457).
@@ -50,6 +52,54 @@ type LimitedProblem struct {
 	RetryAfter       float64  `json:"retry_after"`
 }
 
+// problem is a handler's error answer; writeProblem writes it. Handlers
+// return one instead of writing it themselves.
+type problem struct {
+	status int
+	detail string
+	// retryAfter, when not empty, is the Retry-After field of the answer.
+	retryAfter string
+	// cause, when set, is logged (a store error).
+	cause error
+	// refusal, when set, makes the answer a LimitedProblem (429).
+	refusal *refusal
+}
+
+// refusal is the policy that refused and its decision.
+type refusal struct {
+	policy   limiter.Policy
+	decision limiter.Decision
+}
+
+// fail returns a problem of status with detail.
+func fail(status int, detail string) *problem { return &problem{status: status, detail: detail} }
+
+// unavailable is the answer when the store could not decide (err); the
+// decision layer has counted it.
+func unavailable(err error) *problem {
+	return &problem{
+		status:     http.StatusServiceUnavailable,
+		detail:     "the rate-limit store could not decide; retry later",
+		retryAfter: "1",
+		cause:      err,
+	}
+}
+
+// internalError is the answer to a failure the client cannot fix.
+func internalError() *problem {
+	return fail(http.StatusInternalServerError, "internal error; the request id identifies it in the logs")
+}
+
+// limited is the 429 answer for policy p's refusal d.
+func limited(p limiter.Policy, d limiter.Decision) *problem {
+	return &problem{
+		status:     http.StatusTooManyRequests,
+		detail:     "rate limit of " + strconv.FormatInt(p.Limit, 10) + " per " + p.Window.String() + " exceeded for policy " + strconv.Quote(p.Name),
+		retryAfter: strconv.FormatInt(limiter.RetryAfterSeconds(d.RetryAfter), 10),
+		refusal:    &refusal{policy: p, decision: d},
+	}
+}
+
 func newProblem(c *gin.Context, status int, detail string) Problem {
 	slug, ok := problemSlugs[status]
 	if !ok {
@@ -67,33 +117,68 @@ func newProblem(c *gin.Context, status int, detail string) Problem {
 	return p
 }
 
-// abortProblem answers status with a problem and stops the handler chain.
-func abortProblem(c *gin.Context, status int, detail string) {
-	writeProblem(c, status, newProblem(c, status, detail))
-}
-
-func writeProblem(c *gin.Context, status int, body any) {
+// writeProblem answers p and stops the handler chain: the one place that
+// writes error answers.
+func (h *handler) writeProblem(c *gin.Context, p *problem) {
+	if p.cause != nil {
+		h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store error",
+			slog.String("request_id", c.GetString(ctxRequestID)), slog.String("error", p.cause.Error()))
+	}
+	if p.retryAfter != "" {
+		c.Header("Retry-After", p.retryAfter)
+	}
+	var body any = newProblem(c, p.status, p.detail)
+	if r := p.refusal; r != nil {
+		body = LimitedProblem{
+			Problem:          body.(Problem),
+			ViolatedPolicies: []string{r.policy.Name},
+			Limit:            r.decision.Limit,
+			Remaining:        r.decision.Remaining,
+			ResetAfter:       limiter.Seconds(r.decision.ResetAfter),
+			RetryAfter:       limiter.Seconds(r.decision.RetryAfter),
+		}
+	}
 	data, err := json.Marshal(body)
 	if err != nil { // cannot happen for our types; answer without a body
 		c.AbortWithStatus(http.StatusInternalServerError)
 		return
 	}
 	c.Header("Cache-Control", "no-store")
-	c.Data(status, ProblemContentType, data)
+	c.Data(p.status, ProblemContentType, data)
 	c.Abort()
 }
 
-// abortLimited answers 429 for policy p's refusal d, with Retry-After.
-func abortLimited(c *gin.Context, p limiter.Policy, d limiter.Decision) {
-	c.Header("Retry-After", strconv.FormatInt(limiter.RetryAfterSeconds(d.RetryAfter), 10))
-	body := LimitedProblem{
-		Problem: newProblem(c, http.StatusTooManyRequests,
-			"rate limit of "+strconv.FormatInt(p.Limit, 10)+" per "+p.Window.String()+" exceeded for policy "+strconv.Quote(p.Name)),
-		ViolatedPolicies: []string{p.Name},
-		Limit:            d.Limit,
-		Remaining:        d.Remaining,
-		ResetAfter:       limiter.Seconds(d.ResetAfter),
-		RetryAfter:       limiter.Seconds(d.RetryAfter),
+// answer is a handler's success: a JSON body, or raw JSON bytes.
+type answer struct {
+	status int    // 0 means 200
+	body   any    // encoded as JSON unless raw is set
+	raw    []byte // already JSON
+}
+
+// ok answers 200 with body.
+func ok(body any) answer { return answer{body: body} }
+
+// route is a handler: it reads the request, with the snapshot loaded once
+// for it, and returns its answer or a problem.
+type route func(c *gin.Context, s *snapshot.Snapshot) (answer, *problem)
+
+// serve adapts r to Gin: it loads the snapshot, runs r and writes what it
+// returns.
+func (h *handler) serve(r route) gin.HandlerFunc {
+	return func(c *gin.Context) {
+		a, p := r(c, h.current())
+		if p != nil {
+			h.writeProblem(c, p)
+			return
+		}
+		status := a.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if a.raw != nil {
+			c.Data(status, "application/json", a.raw)
+			return
+		}
+		c.JSON(status, a.body)
 	}
-	writeProblem(c, http.StatusTooManyRequests, body)
 }

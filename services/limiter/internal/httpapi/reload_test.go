@@ -15,14 +15,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
-// reloadable builds a server on store whose Reloader the test keeps.
-func reloadable(t *testing.T, store limiter.Store, edit ...func(*httpapi.Options)) (*server, *httpapi.Reloader) {
+// reloadable builds a server on store; the second value is the same server
+// seen as what reloads it.
+func reloadable(t *testing.T, store limiter.Store, edit ...func(*options)) (*server, *server) {
 	t.Helper()
-	r := &httpapi.Reloader{}
-	return newServer(t, store, append(edit, func(o *httpapi.Options) { o.Reloader = r })...), r
+	s := newServer(t, store, edit...)
+	return s, s
 }
 
 func withLimit(p limiter.Policy, limit int64) limiter.Policy {
@@ -90,7 +91,7 @@ func TestReloadRefusesABadSetAndKeepsTheOld(t *testing.T) {
 			err := r.Reload(tt.policies, tt.ping, tt.check)
 			require.Error(t, err)
 			assert.Contains(t, err.Error(), tt.want)
-			assert.True(t, strings.HasPrefix(err.Error(), "httpapi: "), err.Error())
+			assert.True(t, strings.HasPrefix(err.Error(), "snapshot: "), err.Error())
 		})
 	}
 	for i := 1; i <= 3; i++ {
@@ -98,7 +99,8 @@ func TestReloadRefusesABadSetAndKeepsTheOld(t *testing.T) {
 	}
 	assert.Equal(t, http.StatusTooManyRequests, s.ping("kept").Code, "the old limit of 3 still holds")
 
-	require.Error(t, (&httpapi.Reloader{}).Reload([]limiter.Policy{pingPolicy}, []string{"ping"}, []string{"ping"}), "a reloader bound to no engine")
+	_, err := snapshot.New(snapshot.Parts{Policies: []limiter.Policy{pingPolicy}, PingRoute: []string{"ping"}, CheckRoute: []string{"ping"}})
+	require.Error(t, err, "a snapshot without a store")
 }
 
 // TestReloadUnderConcurrentRequests swaps between two limits while many
@@ -109,7 +111,7 @@ func TestReloadUnderConcurrentRequests(t *testing.T) {
 	const goroutines, each = 8, 150
 	limits := [2]int64{1_000_000, 2_000_000}
 	api := limiter.Policy{Name: "api", Algorithm: limiter.FixedWindow, Limit: limits[0], Window: time.Hour}
-	s, r := reloadable(t, openMemory(t), func(o *httpapi.Options) { o.Policies = append(o.Policies, api) })
+	s, r := reloadable(t, openMemory(t), func(o *options) { o.Policies = append(o.Policies, api) })
 
 	var wg sync.WaitGroup
 	done := make(chan struct{})
@@ -157,7 +159,7 @@ func TestReloadUnderConcurrentRequests(t *testing.T) {
 // policies it started with, the next request with the new ones.
 func TestInFlightRequestFinishesOnItsPolicies(t *testing.T) {
 	api := limiter.Policy{Name: "api", Algorithm: limiter.FixedWindow, Limit: 7, Window: time.Minute}
-	s, r := reloadable(t, openMemory(t), func(o *httpapi.Options) { o.Policies = append(o.Policies, api) })
+	s, r := reloadable(t, openMemory(t), func(o *options) { o.Policies = append(o.Policies, api) })
 	srv := httptest.NewServer(s.engine)
 	t.Cleanup(srv.Close)
 

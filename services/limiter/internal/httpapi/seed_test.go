@@ -344,7 +344,7 @@ func TestReset(t *testing.T) {
 }
 
 func TestResetWithoutConfiguredAdminKeyIsAlwaysForbidden(t *testing.T) {
-	s := newServer(t, openMemory(t), func(o *httpapi.Options) { o.AdminKey = "" })
+	s := newServer(t, openMemory(t), func(o *options) { o.AdminKey = "" })
 	require.Equal(t, http.StatusOK, s.check("9", "/a").Code)
 	for _, key := range []string{"", adminKey, " "} {
 		w := s.do(req{method: http.MethodDelete, target: "/rate/reset/9", header: map[string]string{"X-Admin-Key": key}})

@@ -20,7 +20,7 @@ var (
 )
 
 func newV1Server(t *testing.T, store limiter.Store) *server {
-	return newServer(t, store, func(o *httpapi.Options) { o.Policies = append(o.Policies, apiPolicy, shadowPolicy) })
+	return newServer(t, store, func(o *options) { o.Policies = append(o.Policies, apiPolicy, shadowPolicy) })
 }
 
 func (s *server) v1(body string) *httptest.ResponseRecorder {

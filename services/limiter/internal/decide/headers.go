@@ -1,4 +1,4 @@
-package httpapi
+package decide
 
 import (
 	"strconv"
@@ -7,6 +7,25 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
+
+// Header is what a verdict shows in the rate-limit header fields of
+// draft-ietf-httpapi-ratelimit-headers-10 (and the X-RateLimit-* fields the
+// seeds announce). Transports copy the values; they format nothing.
+type Header struct {
+	// Policy is the RateLimit-Policy value: every enforcing policy of the
+	// request. Empty when all are shadows: then no field is set.
+	Policy string
+	// RateLimit is the RateLimit value of the policy shown (the enforcing
+	// refusal, else the enforcing policy with the least remaining); empty
+	// when no enforcing policy was evaluated.
+	RateLimit string
+	// Limit, Remaining and Reset (whole seconds, rounded up) are the shown
+	// policy's numbers, for the X-RateLimit-* fields.
+	Limit, Remaining, Reset int64
+	// RetryAfter is the Retry-After value in whole seconds (rounded up)
+	// when the request is refused and waiting can make it pass; -1 otherwise.
+	RetryAfter int64
+}
 
 // sfString renders s as a structured-field string (RFC 9651): quoted, with
 // '"' and '\' escaped. Policy names are printable ASCII (the configuration
