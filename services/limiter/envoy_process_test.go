@@ -71,7 +71,7 @@ descriptors:
 	var clients []rlsv3.RateLimitServiceClient
 	for range 2 {
 		addr := startEnvoyProcess(t, bin, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=redis",
-			"--redis-url="+redis.URL(), "--envoy-config="+dir, "--log-format=json")
+			"--redis-url="+redis.URL(), "--redis-timeout=5s", "--envoy-config="+dir, "--log-format=json")
 		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })

@@ -99,7 +99,7 @@ func TestStores(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		a := newApp(t, load(t, "--store=redis", "--redis-url="+srv.URL()), limitertest.NewClock(t0))
+		a := newApp(t, load(t, "--store=redis", "--redis-url="+srv.URL(), "--redis-timeout=5s"), limitertest.NewClock(t0))
 		key := "app-test-" + srv.Prefix() // keys of a shared server stay apart and expire by themselves
 		for i := 1; i <= 3; i++ {
 			code, body := ping(t, a.Handler(), key)
