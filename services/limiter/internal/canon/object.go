@@ -1,11 +1,9 @@
 package canon
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 )
 
 // ErrDuplicate is returned by Object for a member named twice. Parsers
@@ -18,36 +16,253 @@ var ErrDuplicate = errors.New("canon: duplicate member")
 // JSON object.
 var ErrNotObject = errors.New("canon: not a JSON object")
 
-// Object parses b as one JSON object and returns its members, unparsed.
-// Member names are compared after unescaping ("a" and "\u0061" are the same
-// name). Nested values are checked for syntax only. Trailing data after the
-// object is ErrNotObject.
+// maxDepth is how deeply a member's value may nest arrays and objects, as
+// encoding/json allows.
+const maxDepth = 10000
+
+// Object parses b as one JSON object and returns its members, unparsed: each
+// value is the member's bytes in b, without the whitespace around them (the
+// values alias b). Member names are compared after unescaping ("a" and
+// "\u0061" are the same name; invalid UTF-8 and lone surrogates read as
+// U+FFFD, as encoding/json reads them). Nested values are checked for syntax
+// only, as encoding/json checks them. Trailing data after the object is
+// ErrNotObject.
+//
+// It is a single pass over b, on every request that has a JSON body: the
+// member names are the only allocations besides the map.
 func Object(b []byte) (map[string]json.RawMessage, error) {
-	dec := json.NewDecoder(bytes.NewReader(b))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	p := scanner{b: b}
+	p.space()
+	if !p.eat('{') {
 		return nil, ErrNotObject
 	}
-	obj := map[string]json.RawMessage{}
-	for dec.More() {
-		t, err := dec.Token()
-		if err != nil {
+	obj := make(map[string]json.RawMessage, 4)
+	p.space()
+	if !p.eat('}') {
+		for {
+			p.space()
+			name, ok := p.name()
+			if !ok {
+				return nil, ErrNotObject
+			}
+			p.space()
+			if !p.eat(':') {
+				return nil, ErrNotObject
+			}
+			p.space()
+			start := p.i
+			if !p.value(0) {
+				return nil, ErrNotObject
+			}
+			if _, dup := obj[name]; dup {
+				return nil, fmt.Errorf("%w %q", ErrDuplicate, name)
+			}
+			obj[name] = json.RawMessage(b[start:p.i:p.i])
+			p.space()
+			if p.eat(',') {
+				continue
+			}
+			if p.eat('}') {
+				break
+			}
 			return nil, ErrNotObject
 		}
-		name, _ := t.(string) // inside an object, Token returns names as strings
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return nil, ErrNotObject
-		}
-		if _, dup := obj[name]; dup {
-			return nil, fmt.Errorf("%w %q", ErrDuplicate, name)
-		}
-		obj[name] = v
 	}
-	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
-		return nil, ErrNotObject
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+	p.space()
+	if p.i != len(b) {
 		return nil, ErrNotObject
 	}
 	return obj, nil
+}
+
+// scanner reads JSON (RFC 8259, as encoding/json accepts it) from b at i.
+type scanner struct {
+	b []byte
+	i int
+}
+
+// space skips JSON whitespace.
+func (p *scanner) space() {
+	for p.i < len(p.b) {
+		switch p.b[p.i] {
+		case ' ', '\t', '\n', '\r':
+			p.i++
+		default:
+			return
+		}
+	}
+}
+
+// eat consumes c when it is next.
+func (p *scanner) eat(c byte) bool {
+	if p.i < len(p.b) && p.b[p.i] == c {
+		p.i++
+		return true
+	}
+	return false
+}
+
+// name reads a member name and returns it unescaped as encoding/json
+// unescapes it.
+func (p *scanner) name() (string, bool) {
+	start := p.i
+	plain, ok := p.str()
+	if !ok {
+		return "", false
+	}
+	raw := p.b[start:p.i]
+	if plain {
+		return string(raw[1 : len(raw)-1]), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil { // cannot fail on a string str accepted
+		return "", false
+	}
+	return s, true
+}
+
+// str reads a string; plain says it has no escape and only ASCII bytes, so
+// that its bytes are its value.
+func (p *scanner) str() (plain, ok bool) {
+	if !p.eat('"') {
+		return false, false
+	}
+	plain = true
+	for p.i < len(p.b) {
+		c := p.b[p.i]
+		p.i++
+		switch {
+		case c == '"':
+			return plain, true
+		case c < 0x20:
+			return false, false
+		case c >= 0x80:
+			plain = false
+		case c == '\\':
+			plain = false
+			if p.i >= len(p.b) {
+				return false, false
+			}
+			e := p.b[p.i]
+			p.i++
+			switch e {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+			case 'u':
+				if p.i+4 > len(p.b) {
+					return false, false
+				}
+				for _, h := range p.b[p.i : p.i+4] {
+					if !isHex(h) {
+						return false, false
+					}
+				}
+				p.i += 4
+			default:
+				return false, false
+			}
+		}
+	}
+	return false, false
+}
+
+// value reads any JSON value; depth is how many arrays and objects enclose
+// it within the member's value.
+func (p *scanner) value(depth int) bool {
+	if p.i >= len(p.b) {
+		return false
+	}
+	switch c := p.b[p.i]; {
+	case c == '"':
+		_, ok := p.str()
+		return ok
+	case c == '{' || c == '[':
+		if depth >= maxDepth {
+			return false
+		}
+		return p.container(depth + 1)
+	case c == '-' || '0' <= c && c <= '9':
+		return p.number()
+	case c == 't':
+		return p.literal("true")
+	case c == 'f':
+		return p.literal("false")
+	case c == 'n':
+		return p.literal("null")
+	}
+	return false
+}
+
+// container reads an array or an object, whose opening bracket is next.
+func (p *scanner) container(depth int) bool {
+	object := p.b[p.i] == '{'
+	end := byte(']')
+	if object {
+		end = '}'
+	}
+	p.i++
+	p.space()
+	if p.eat(end) {
+		return true
+	}
+	for {
+		p.space()
+		if object {
+			if _, ok := p.str(); !ok {
+				return false
+			}
+			p.space()
+			if !p.eat(':') {
+				return false
+			}
+			p.space()
+		}
+		if !p.value(depth) {
+			return false
+		}
+		p.space()
+		if p.eat(',') {
+			continue
+		}
+		return p.eat(end)
+	}
+}
+
+// number reads -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?.
+func (p *scanner) number() bool {
+	p.eat('-')
+	switch {
+	case p.eat('0'):
+	case p.digits() == 0:
+		return false
+	}
+	if p.eat('.') && p.digits() == 0 {
+		return false
+	}
+	if p.eat('e') || p.eat('E') {
+		if !p.eat('+') {
+			p.eat('-')
+		}
+		if p.digits() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// digits skips decimal digits and returns how many.
+func (p *scanner) digits() int {
+	start := p.i
+	for p.i < len(p.b) && '0' <= p.b[p.i] && p.b[p.i] <= '9' {
+		p.i++
+	}
+	return p.i - start
+}
+
+// literal reads word.
+func (p *scanner) literal(word string) bool {
+	if len(p.b)-p.i < len(word) || string(p.b[p.i:p.i+len(word)]) != word {
+		return false
+	}
+	p.i += len(word)
+	return true
 }

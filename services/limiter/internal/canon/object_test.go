@@ -1,0 +1,117 @@
+package canon_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+)
+
+// referenceObject is Object as encoding/json's Decoder reads it, token by
+// token: the definition Object's single pass must agree with.
+func referenceObject(b []byte) (map[string]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, canon.ErrNotObject
+	}
+	obj := map[string]json.RawMessage{}
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, canon.ErrNotObject
+		}
+		name, _ := t.(string)
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, canon.ErrNotObject
+		}
+		if _, dup := obj[name]; dup {
+			return nil, fmt.Errorf("%w %q", canon.ErrDuplicate, name)
+		}
+		obj[name] = v
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim('}') {
+		return nil, canon.ErrNotObject
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, canon.ErrNotObject
+	}
+	return obj, nil
+}
+
+// sameAsReference fails t when Object and referenceObject disagree on b.
+func sameAsReference(t *testing.T, b []byte) {
+	t.Helper()
+	want, wantErr := referenceObject(b)
+	got, err := canon.Object(b)
+	if wantErr != nil {
+		require.Error(t, err, "%q: the reference refuses it: %v", b, wantErr)
+		assert.Equal(t, wantErr.Error(), err.Error(), "%q", b)
+		return
+	}
+	require.NoError(t, err, "%q", b)
+	assert.Equal(t, want, got, "%q", b)
+}
+
+var objectCases = []string{
+	``, ` `, `{}`, ` { } `, `{`, `}`, `[]`, `"x"`, `null`, `1`, `{} `, "{}\n\t\r", `{}x`, `{}{}`, "\ufeff{}",
+	`{"a":1}`, `{"a" : 1 , "b" : "x" }`, `{"a":1,}`, `{,"a":1}`, `{"a":1 "b":2}`, `{"a"}`, `{"a":}`, `{a:1}`, `{1:2}`, `{'a':1}`,
+	`{"policy":"p","key":"k","cost":1}`, `{"endpoint":"/orders"}`, `{"endpoint":"a","endpoint":"b"}`,
+	`{"endpoint":"a","endp\u006fint":"b"}`, `{"a":1,"a":}`, `{"\ud800":1,"\udbff":2}`, "{\"\xff\":1,\"\xfe\":2}",
+	`{"é":1,"\u00e9":2}`, `{"a\"b":1}`, `{"a\/b":1,"a/b":2}`, `{"a\x":1}`, `{"a\u12":1}`, `{"a\u12g4":1}`, "{\"a\x01\":1}", "{\"a\x7f\":1}",
+	`{"n":0}`, `{"n":-0}`, `{"n":01}`, `{"n":-}`, `{"n":1.}`, `{"n":.5}`, `{"n":1.5e}`, `{"n":1e+}`, `{"n":1E-7}`, `{"n":-12.5e+3}`, `{"n":+1}`,
+	`{"n":1x}`, `{"n":0x10}`, `{"n":Infinity}`, `{"n":NaN}`,
+	`{"t":true,"f":false,"z":null}`, `{"t":tru}`, `{"t":truex}`, `{"t":nul}`, `{"t":True}`,
+	`{"v":[1,{"y":2},[],{}]}`, `{"v":[1,]}`, `{"v":[,1]}`, `{"v":{"x":1,"x":2}}`, `{"v":{"x"}}`, `{"v":{1:2}}`, `{"v":[1 2]}`, `{"v":"\t"}`,
+	"{\"v\":\"a\tb\"}", "{\"v\":\"\xff\"}", `{"v":"\u0000"}`, `{"v":[`, `{"v":{`, `{"v":"`, `{"v":"\`,
+}
+
+func TestObjectAgreesWithEncodingJSON(t *testing.T) {
+	for _, in := range objectCases {
+		sameAsReference(t, []byte(in))
+	}
+	// Nesting: encoding/json allows a value 10,000 arrays or objects deep.
+	for _, depth := range []int{9999, 10000, 10001} {
+		for _, open := range []string{"[", `{"x":`} {
+			closeWith := "]"
+			if open != "[" {
+				closeWith = "}"
+			}
+			in := `{"a":` + strings.Repeat(open, depth) + "1" + strings.Repeat(closeWith, depth) + "}"
+			sameAsReference(t, []byte(in))
+		}
+	}
+}
+
+func FuzzObject(f *testing.F) {
+	for _, in := range objectCases {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { sameAsReference(t, b) })
+}
+
+// BenchmarkObject reads a /v1/check body.
+func BenchmarkObject(b *testing.B) {
+	body := []byte(`{"policy":"bench","key":"bench0a1b2c3d-memory-r0-12345","cost":1}`)
+	for _, impl := range []struct {
+		name string
+		f    func([]byte) (map[string]json.RawMessage, error)
+	}{{"scanner", canon.Object}, {"decoder", referenceObject}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := impl.f(body); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
