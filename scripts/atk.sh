@@ -4,12 +4,15 @@
 # usage: scripts/atk.sh BIN_DIR [atk flags...]
 #
 # BIN_DIR holds the built limiter and atk binaries (make build). The script
-# starts, on two free loopback ports and with temporary SQLite files:
-#   - a service with a random LIMITER_ADMIN_KEY (the main target), and
-#   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target),
-# waits until both answer GET /healthz, runs
-#   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2
-# (extra arguments are passed on to atk, e.g. --junit FILE), stops both
+# starts, on free loopback ports and with temporary SQLite files:
+#   - a service with a random LIMITER_ADMIN_KEY (the main target),
+#   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target), and
+#   - a strict service: identity headers believed from trusted proxies only
+#     (none here), decision APIs on an internal listener (the strict target),
+# waits until they answer GET /healthz, runs
+#   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2 \
+#       --strict-target http://127.0.0.1:P3 --strict-internal-target http://127.0.0.1:P4
+# (extra arguments are passed on to atk, e.g. --junit FILE), stops the
 # services whatever happens, prints their logs when the suite fails, and
 # exits with atk's status (2 when a service never becomes healthy).
 set -euo pipefail
@@ -26,18 +29,25 @@ me=atk.sh
 need_bins "$bin" limiter atk
 lib_init atk
 
-# limiter NAME ADMIN_KEY: a service on SQLite with that admin key.
+# limiter NAME ADMIN_KEY [FLAGS...]: a service on SQLite with that admin key.
 limiter() {
-	start "$1" healthz "${limiter_env[@]}" LIMITER_ADMIN_KEY="$2" \
-		"$bin/limiter" --addr "127.0.0.1:{port}" --store sqlite --sqlite-path "$tmp/$1.db"
+	local name=$1 admin=$2
+	shift 2
+	start "$name" healthz "${limiter_env[@]}" LIMITER_ADMIN_KEY="$admin" \
+		"$bin/limiter" --addr "127.0.0.1:{port}" --store sqlite --sqlite-path "$tmp/$name.db" "$@"
 }
 
 key="atk-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 limiter a "$key"
 limiter b ""
+mkdir "$tmp/envoy"
+echo "domain: atk" >"$tmp/envoy/atk.yaml"
+internal=$(free_port) || exit 2
+limiter c "$key" --identity-headers trusted-proxies --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy"
 
 status=0
-LIMITER_ADMIN_KEY="$key" "$bin/atk" --target "http://127.0.0.1:$port_a" --closed-target "http://127.0.0.1:$port_b" "$@" || status=$?
+LIMITER_ADMIN_KEY="$key" "$bin/atk" --target "http://127.0.0.1:$port_a" --closed-target "http://127.0.0.1:$port_b" \
+	--strict-target "http://127.0.0.1:$port_c" --strict-internal-target "http://127.0.0.1:$internal" "$@" || status=$?
 if [ "$status" -ne 0 ]; then
 	echo "atk.sh: the suite exited with status $status; service logs follow" >&2
 	print_logs

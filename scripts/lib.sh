@@ -121,4 +121,4 @@ start() {
 # variables that would change what the scripts ask of it. An array, not a
 # function, so that the started process is the service itself and the
 # cleanup's kill reaches it.
-limiter_env=(env -u LIMITER_CONFIG -u LIMITER_ADDR -u LIMITER_STORE -u LIMITER_GRPC_ADDR -u LIMITER_ENVOY_CONFIG)
+limiter_env=(env -u LIMITER_CONFIG -u LIMITER_ADDR -u LIMITER_STORE -u LIMITER_GRPC_ADDR -u LIMITER_ENVOY_CONFIG -u LIMITER_INTERNAL_ADDR -u LIMITER_IDENTITY_HEADERS)

@@ -39,7 +39,8 @@ func TestMain(m *testing.M) {
 }
 
 // fakeLimiter serves the reference on --addr with the SQLite file
-// --sqlite-path and the admin key from LIMITER_ADMIN_KEY, until SIGTERM.
+// --sqlite-path and the admin key from LIMITER_ADMIN_KEY, until SIGTERM;
+// with --internal-addr, a strict reference on both addresses.
 // ATK_FAKE_MODE=exit makes it fail at start, =all200 serves a broken one.
 func fakeLimiter(args []string) int {
 	mode := os.Getenv("ATK_FAKE_MODE")
@@ -50,7 +51,10 @@ func fakeLimiter(args []string) int {
 	fs := flag.NewFlagSet("limiter", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8080", "")
 	path := fs.String("sqlite-path", "limiter.db", "")
+	internal := fs.String("internal-addr", "", "")
 	fs.String("store", "sqlite", "")
+	fs.String("identity-headers", "any", "")
+	fs.String("envoy-config", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -59,25 +63,41 @@ func fakeLimiter(args []string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	ln, err := net.Listen("tcp", *addr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
+	ref.strict = *internal != ""
+	var servers []*http.Server
+	for _, l := range []struct {
+		addr   string
+		public bool
+	}{{*addr, true}, {*internal, false}} {
+		if l.addr == "" {
+			continue
+		}
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "fake limiter listening on %s\n", l.addr)
+		srv := &http.Server{Handler: ref.listener(l.public), ReadHeaderTimeout: 5 * time.Second}
+		go srv.Serve(ln) //nolint:errcheck // Serve returns when Close is called
+		servers = append(servers, srv)
 	}
-	fmt.Fprintf(os.Stderr, "fake limiter listening on %s\n", *addr)
-	srv := &http.Server{Handler: ref, ReadHeaderTimeout: 5 * time.Second}
-	go srv.Serve(ln) //nolint:errcheck // Serve returns when Close is called
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	<-ctx.Done()
 	stop()
-	srv.Close()
+	for _, srv := range servers {
+		srv.Close()
+	}
 	return 0
 }
 
-func testConfig(t *testing.T, key string, f flaws, closed bool) *Config {
-	cfg := &Config{Target: newReference(t, key, f), AdminKey: key, Seed: 7, Client: &http.Client{Timeout: 5 * time.Second}}
-	if closed {
+// testConfig returns a run against a reference with flaws f; all adds the
+// closed and the strict targets.
+func testConfig(t *testing.T, key string, f flaws, all bool) *Config {
+	cfg := &Config{Target: newReference(t, key, f), AdminKey: key, V1Policy: "api", Seed: 7, Client: &http.Client{Timeout: 5 * time.Second}}
+	if all {
 		cfg.Closed = newReference(t, "", f)
+		cfg.Strict, cfg.StrictInternal = newStrictReference(t, key, f)
 	}
 	return cfg
 }
@@ -127,7 +147,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -137,6 +157,7 @@ func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	}
 	assert.Contains(t, notes["ATK-24"][0], "admin key is unset")
 	assert.Contains(t, notes["ATK-32"][0], "no --closed-target")
+	assert.Contains(t, notes["ATK-36"][0], "no --strict-target")
 	for _, id := range []string{"ATK-07", "ATK-08", "ATK-09", "ATK-27"} {
 		require.NotEmpty(t, notes[id], id)
 		assert.Contains(t, notes[id][0], "expected 403 (the key is checked before the path)", id)
@@ -162,7 +183,7 @@ var variants = []struct {
 	{"endpoint length not validated", flaws{noLengthCheck: true}, []string{"ATK-03"}},
 	{"rejects 128-character endpoints", flaws{strictLength: true}, []string{"ATK-03", "ATK-35"}},
 	{"empty endpoint accepted", flaws{noEndpointCheck: true}, []string{"ATK-02", "ATK-10", "ATK-12", "ATK-22"}},
-	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35")},
+	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35", "ATK-37")},
 	{"anonymous user without X-User-Id", flaws{anonymousUser: true}, []string{"ATK-01"}},
 	{"ParseInt base 0 for user ids", flaws{lenientUserID: true}, []string{"ATK-14", "ATK-15"}},
 	{"PHP-style saturating user ids", flaws{phpUserID: true}, []string{"ATK-08", "ATK-13", "ATK-17"}},
@@ -173,11 +194,15 @@ var variants = []struct {
 	{"no body limit", flaws{noBodyLimit: true}, []string{"ATK-20"}},
 	{"every method accepted", flaws{anyMethod: true}, []string{"ATK-23"}},
 	{"8 MiB headers accepted", flaws{bigHeaders: true}, []string{"ATK-28"}},
-	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33"}},
+	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33", "ATK-36"}},
 	{"records refused attempts", flaws{recordsDenied: true}, []string{"ATK-33"}},
 	{"charges malformed requests", flaws{chargesInvalid: true}, []string{"ATK-29"}},
 	{"unknown policy falls back", flaws{defaultPolicy: true}, []string{"ATK-30"}},
 	{"cost not validated", flaws{uncheckedCost: true}, []string{"ATK-31"}},
+	{"header keys share the peers' namespace", flaws{sharedNamespace: true}, []string{"ATK-37"}},
+	{"/v1/check charges seed policies", flaws{v1SeedPolicies: true}, []string{"ATK-38"}},
+	{"believes X-Client-Key from anyone", flaws{trustClientKey: true}, []string{"ATK-36"}},
+	{"decision APIs on the public listener", flaws{decisionAPIsPublic: true}, []string{"ATK-39"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.
@@ -255,6 +280,7 @@ func runCLI(t *testing.T, env map[string]string, args ...string) (int, string, s
 func TestRunExitCodes(t *testing.T) {
 	good := newReference(t, testKey, flaws{})
 	closed := newReference(t, "", flaws{})
+	strict, strictInternal := newStrictReference(t, testKey, flaws{})
 	broken := newReference(t, testKey, flaws{all200: true})
 	unhealthy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusServiceUnavailable)
@@ -281,7 +307,8 @@ func TestRunExitCodes(t *testing.T) {
 		{"target unreachable", nil, []string{"--target", down}, exitUsage, "", "unreachable"},
 		{"closed target unreachable", nil, []string{"--target", good, "--closed-target", down}, exitUsage, "", down + " unreachable"},
 		{"target unhealthy", nil, []string{"--target", unhealthy.URL}, exitUsage, "", "not healthy: GET /healthz answered 503"},
-		{"all pass", withKey, []string{"--target", good, "--closed-target", closed, "--seed", "42"}, exitPass,
+		{"internal without strict", nil, []string{"--target", good, "--strict-internal-target", strictInternal}, exitUsage, "", "needs --strict-target"},
+		{"all pass", withKey, []string{"--target", good, "--closed-target", closed, "--strict-target", strict, "--strict-internal-target", strictInternal, "--seed", "42"}, exitPass,
 			fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(Cases)), ""},
 		{"a failure", withKey, []string{"--target", broken, "--only", "ATK-01"}, exitFail, "expected: 400 actual : 200", ""},
 		{"key from another variable", map[string]string{"K": testKey}, []string{"--target", good, "--admin-key-env", "K", "--only", "ATK-24"}, exitPass,
@@ -370,13 +397,13 @@ func TestScript(t *testing.T) {
 		inStdout string
 		inStderr []string
 	}{
-		{"ok", 0, "4 passed, 0 failed, 0 skipped", nil},
+		{"ok", 0, "6 passed, 0 failed, 0 skipped", nil},
 		{"all200", 1, "FAIL", []string{"exited with status 1", "---- a.log ----", "fake limiter listening on 127.0.0.1:"}},
 		{"exit", 2, "", []string{"exited before it was healthy", "refusing to start"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), "bash", script, bin, "--only", "ATK-01,ATK-18,ATK-24,ATK-32")
+			cmd := exec.CommandContext(t.Context(), "bash", script, bin, "--only", "ATK-01,ATK-18,ATK-24,ATK-32,ATK-36,ATK-39")
 			cmd.Env = append(os.Environ(), "ATK_FAKE_MODE="+tt.mode, "TMPDIR="+t.TempDir())
 			var stdout, stderr strings.Builder
 			cmd.Stdout, cmd.Stderr = &stdout, &stderr

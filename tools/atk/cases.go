@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -252,12 +253,12 @@ var Cases = []Case{
 	},
 	{
 		ID: "ATK-26", Name: "injection via /v1/check key",
-		Desc: "POST /v1/check twice with key `k-…' OR '1'='1`, once with another such key -> 200, allowed; one counter per exact key (remaining falls by one, the other key starts afresh)",
+		Desc: "POST /v1/check (policy --v1-policy) twice with key `k-…' OR '1'='1`, once with another such key -> 200, allowed; one counter per exact key (remaining falls by one, the other key starts afresh)",
 		Then: func(e *Env) {
 			k1, k2 := e.Token("k-")+"' OR '1'='1", e.Token("k-")+"' OR '1'='1"
 			var remaining []int64
 			for _, key := range []string{k1, k1, k2} {
-				r := e.Run(Step{Req: v1(key, "check", 1), Want: 200})
+				r := e.Run(Step{Req: v1(key, e.cfg.V1Policy, 1), Want: 200})
 				if r.Status != http.StatusOK {
 					return
 				}
@@ -312,16 +313,16 @@ var Cases = []Case{
 	},
 	{
 		ID: "ATK-31", Name: "bad cost",
-		Desc: "POST /v1/check with cost 0, -1 and limit+1 -> 422 problem",
+		Desc: "POST /v1/check (policy --v1-policy) with cost 0, -1 and limit+1 -> 422 problem",
 		Then: func(e *Env) {
 			key := e.Token("k-")
-			r := e.Run(Step{Req: v1(key, "check", 1), Want: 200})
+			r := e.Run(Step{Req: v1(key, e.cfg.V1Policy, 1), Want: 200})
 			if r.Status != 200 {
 				return
 			}
 			limit := e.Number(r, "limit", "/v1/check")
 			for _, cost := range []int64{0, -1, limit + 1} {
-				e.Run(Step{Req: v1(key, "check", cost), Want: 422})
+				e.Run(Step{Req: v1(key, e.cfg.V1Policy, cost), Want: 422})
 			}
 		},
 	},
@@ -333,7 +334,7 @@ var Cases = []Case{
 			var steps []Step
 			for _, h := range []http.Header{{}, hdr("X-Admin-Key", e.Token("guess-")), {"X-Admin-Key": {""}}} {
 				for _, path := range []string{"/rate/reset/1", "/rate/reset/1?endpoint=e", "/rate/reset/abc"} {
-					steps = append(steps, Step{Req: Request{Method: http.MethodDelete, Path: path, Header: h, Closed: true}, Want: 403})
+					steps = append(steps, Step{Req: Request{Method: http.MethodDelete, Path: path, Header: h, To: Closed}, Want: 403})
 				}
 			}
 			return steps
@@ -396,6 +397,76 @@ var Cases = []Case{
 		Steps: func(e *Env) []Step {
 			uid, ep := e.UserID(), strings.Repeat("b", 128)
 			return []Step{okCheck(uid, ep, 1), countIs(uid, ep, 1)}
+		},
+	},
+	{
+		ID: "ATK-36", Name: "bypass by key rotation",
+		Desc:  "against --strict-target: GET /ping until 429, then a fresh X-Client-Key on each of 5 requests -> still 429 (a client-asserted key from an untrusted peer is not believed)",
+		Needs: NeedStrictTarget,
+		Then: func(e *Env) {
+			if !exhaustPing(e, Request{Method: http.MethodGet, Path: "/ping", To: Strict}) {
+				return
+			}
+			for range 5 {
+				r := e.Run(Step{Req: Request{Method: http.MethodGet, Path: "/ping", Header: hdr("X-Client-Key", e.Token("rotated-")), To: Strict}, Want: 429})
+				if r.Status == http.StatusTooManyRequests {
+					assertDenied(e, r, "GET /ping with a rotated X-Client-Key")
+				}
+			}
+		},
+	},
+	{
+		ID: "ATK-37", Name: "lock-out through a shared namespace",
+		Desc:  "GET /ping with X-Client-Key set to another client's address until 429; then GET /ping from that address -> 200 count 1 (header keys and peer addresses are separate budgets)",
+		Needs: NeedLoopback,
+		Then: func(e *Env) {
+			victim := e.PeerIP()
+			if exhaustPing(e, Request{Method: http.MethodGet, Path: "/ping", Header: hdr("X-Client-Key", victim.String())}) {
+				e.Run(victimPing(victim))
+			}
+		},
+	},
+	{
+		ID: "ATK-38", Name: "lock-out through /v1/check on a seed policy",
+		Desc:  `POST /v1/check {"policy":"ping"} with another client's address (bare and "peer:"), cost 3, and {"policy":"check"} -> 403 problem; then GET /ping from that address -> 200 count 1`,
+		Needs: NeedLoopback,
+		Steps: func(e *Env) []Step {
+			victim := e.PeerIP()
+			return []Step{
+				{Req: v1(victim.String(), "ping", 3), Want: 403},
+				{Req: v1("peer:"+victim.String(), "ping", 3), Want: 403},
+				{Req: v1(e.UserID(), "check", 1), Want: 403},
+				victimPing(victim),
+			}
+		},
+	},
+	{
+		ID: "ATK-39", Name: "decision APIs on the public listener",
+		Desc:  "against --strict-target: POST /v1/check, POST /json, GET /metrics, GET /admin/offenders -> 404 problem; /healthz 200; on --strict-internal-target /v1/check, /json and /metrics -> 200",
+		Needs: NeedStrictTarget,
+		Steps: func(e *Env) []Step {
+			admin := hdr("X-Admin-Key", e.Token("guess-"))
+			json := Request{Method: http.MethodPost, Path: "/json", Header: hdr("Content-Type", "application/json"),
+				Body: []byte(`{"domain":"atk","descriptors":[{"entries":[{"key":"k","value":"` + e.Token("v-") + `"}]}],"hits_addend":1000}`), To: Strict}
+			check := v1(e.Token("k-"), e.cfg.V1Policy, 1)
+			check.To = Strict
+			steps := []Step{
+				{Req: check, Want: 404},
+				{Req: json, Want: 404},
+				{Req: Request{Method: http.MethodGet, Path: "/metrics", To: Strict}, Want: 404},
+				{Req: Request{Method: http.MethodGet, Path: "/admin/offenders", Header: admin, To: Strict}, Want: 404},
+				{Req: Request{Method: http.MethodGet, Path: "/healthz", To: Strict}, Want: 200},
+			}
+			if e.cfg.StrictInternal == "" {
+				e.Note("no --strict-internal-target: the decision APIs' new place is not checked")
+				return steps
+			}
+			check.To, json.To = StrictInternal, StrictInternal
+			return append(steps,
+				Step{Req: check, Want: 200},
+				Step{Req: json, Want: 200},
+				Step{Req: Request{Method: http.MethodGet, Path: "/metrics", To: StrictInternal}, Want: 200},
+			)
 		},
 	},
 }
@@ -555,6 +626,33 @@ func forgedPing(headers ...string) func(e *Env) {
 		}
 		assert.Equal(e.T, 2, denied, "GET /ping with forged %s: refusals among %d requests", strings.Join(headers, "/"), maxExhaust+2)
 	}
+}
+
+// exhaustPing sends req (a GET /ping) until it is refused, at most
+// maxExhaust+1 times, and reports whether it was.
+func exhaustPing(e *Env, req Request) bool {
+	for i := 1; i <= maxExhaust+1; i++ {
+		r := e.Do(req)
+		switch r.Status {
+		case http.StatusTooManyRequests:
+			return true
+		case http.StatusOK:
+		default:
+			assert.Fail(e.T, fmt.Sprintf("%s #%d: status 200 or 429, got %d (body %s, error %v)", req, i, r.Status, shorten(string(r.Body), 120), r.Err))
+			return false
+		}
+	}
+	assert.Fail(e.T, fmt.Sprintf("%s: no 429 after %d requests", req, maxExhaust+1))
+	return false
+}
+
+// victimPing is GET /ping from victim, which has sent nothing before: 200,
+// keyed by its address, count 1.
+func victimPing(victim netip.Addr) Step {
+	return Step{Req: Request{Method: http.MethodGet, Path: "/ping", From: victim}, Want: 200, Check: func(e *Env, r *Response) {
+		e.Member(r, "key", victim.String(), "GET /ping from "+victim.String())
+		assert.Equal(e.T, int64(1), e.Number(r, "count", "GET /ping from "+victim.String()), "GET /ping from %s, its first request: count", victim)
+	}}
 }
 
 // assertDenied checks a 429: a problem whose type ends in

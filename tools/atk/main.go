@@ -61,6 +61,7 @@ flags:
 // options are the parsed flags.
 type options struct {
 	target, closed, keyEnv, only, jsonPath, junitPath string
+	strict, strictInternal, v1Policy                  string
 	timeout                                           time.Duration
 	seed                                              uint64
 	list                                              bool
@@ -72,6 +73,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "base URL of the service under test, e.g. http://127.0.0.1:8080 (required)")
 	fs.StringVar(&o.closed, "closed-target", "", "base URL of a second service started WITHOUT an admin key;\nthe fail-closed cases run against it, and are SKIP without it")
+	fs.StringVar(&o.strict, "strict-target", "", "base URL of a third service that believes no client-asserted identity (X-Client-Key,\nX-User-Id) from untrusted peers and serves /v1/check, /json, /metrics and /admin/*\non an internal listener only; the cases that need it are SKIP without it")
+	fs.StringVar(&o.strictInternal, "strict-internal-target", "", "base URL of the strict service's internal listener (optional)")
+	fs.StringVar(&o.v1Policy, "v1-policy", "api", "a policy of --target that /v1/check may charge (not one of the seed routes')")
 	fs.StringVar(&o.keyEnv, "admin-key-env", "LIMITER_ADMIN_KEY", "name of the environment variable holding the target's admin key\n(never passed as a flag); cases that need it are SKIP when it is unset")
 	fs.StringVar(&o.only, "only", "", "comma-separated case ids to run, e.g. ATK-01,ATK-18 (default: all)")
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
@@ -101,6 +105,15 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.closed, err = baseURL("--closed-target", o.closed, false); err != nil {
 		return o, err
+	}
+	if o.strict, err = baseURL("--strict-target", o.strict, false); err != nil {
+		return o, err
+	}
+	if o.strictInternal, err = baseURL("--strict-internal-target", o.strictInternal, false); err != nil {
+		return o, err
+	}
+	if o.strictInternal != "" && o.strict == "" {
+		return o, errors.New("atk: --strict-internal-target needs --strict-target")
 	}
 	return o, nil
 }
@@ -171,10 +184,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		o.seed = binary.LittleEndian.Uint64(b[:])>>1 | 1
 	}
 	cfg := &Config{
-		Target: o.target, Closed: o.closed, AdminKey: getenv(o.keyEnv), Seed: o.seed,
+		Target: o.target, Closed: o.closed, Strict: o.strict, StrictInternal: o.strictInternal,
+		AdminKey: getenv(o.keyEnv), V1Policy: o.v1Policy, Seed: o.seed,
 		Client: &http.Client{Timeout: o.timeout},
 	}
-	for _, base := range []string{cfg.Target, cfg.Closed} {
+	for _, base := range []string{cfg.Target, cfg.Closed, cfg.Strict, cfg.StrictInternal} {
 		if base == "" {
 			continue
 		}
@@ -187,11 +201,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if cfg.AdminKey != "" {
 		keyState = "set"
 	}
-	closed := cfg.Closed
-	if closed == "" {
-		closed = "none"
-	}
-	fmt.Fprintf(stdout, "atk: target %s, closed target %s, admin key $%s %s, seed %d\n\n", cfg.Target, closed, o.keyEnv, keyState, cfg.Seed)
+	fmt.Fprintf(stdout, "atk: target %s, closed target %s, strict target %s, admin key $%s %s, seed %d\n\n",
+		cfg.Target, orNone(cfg.Closed), orNone(cfg.Strict), o.keyEnv, keyState, cfg.Seed)
 
 	started := time.Now()
 	rep := NewReport(cfg, started, Run(ctx, cfg, cases))
@@ -215,6 +226,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return exitFail
 	}
 	return exitPass
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 // healthy asks base/healthz and wants 200.

@@ -26,41 +26,46 @@ import (
 // flaws turns the reference service into a broken one, one defect per
 // field; the zero value is the correct reference.
 type flaws struct {
-	all200           bool // answers 200 {} to everything
-	trustForwarded   bool // /ping keys on X-Forwarded-For, X-Real-IP, Forwarded, True-Client-IP
-	noAdminCheck     bool // reset never checks X-Admin-Key
-	notFailClosed    bool // an empty configured key matches an empty or absent header
-	resetBeforeCheck bool // deletes first, then answers 403 for a wrong key
-	foldKey          bool // compares admin keys case-insensitively
-	pathBeforeKey    bool // validates the path id before the admin key
-	uncheckedPathID  bool // any path id is used as is
-	resetIgnoresUser bool // reset deletes the endpoint's (or every) events of all users
-	concatSQL        bool // builds SQL by pasting values between quotes
-	noLengthCheck    bool // endpoints of any length
-	strictLength     bool // off by one: rejects 128-character endpoints
-	noEndpointCheck  bool // missing or empty endpoints accepted
-	plainErrors      bool // errors as {"error": "..."} application/json
-	anonymousUser    bool // no X-User-Id means user 1
-	lenientUserID    bool // strconv.ParseInt(id, 0, 64) > 0: signs, hex, underscores
-	phpUserID        bool // digits only, then a saturating parse, zero allowed
-	unicodeUserID    bool // any Unicode decimal digits
-	emptyBodyIs422   bool // no body is a missing endpoint (422), not 400
-	typeErrors400    bool // a wrongly typed endpoint is 400, not 422
-	lenientJSON      bool // trailing data after the object ignored
-	noBodyLimit      bool // no 64 KiB bound on bodies
-	anyMethod        bool // routes answer every method
-	bigHeaders       bool // the server accepts 8 MiB of headers
-	bare429          bool // 429 without Retry-After and RateLimit headers
-	recordsDenied    bool // sliding log records refused attempts too
-	chargesInvalid   bool // every check attempt with a user id is charged, malformed ones too
-	defaultPolicy    bool // an unknown policy falls back to "check"
-	uncheckedCost    bool // any cost accepted
+	all200             bool // answers 200 {} to everything
+	trustForwarded     bool // /ping keys on X-Forwarded-For, X-Real-IP, Forwarded, True-Client-IP
+	noAdminCheck       bool // reset never checks X-Admin-Key
+	notFailClosed      bool // an empty configured key matches an empty or absent header
+	resetBeforeCheck   bool // deletes first, then answers 403 for a wrong key
+	foldKey            bool // compares admin keys case-insensitively
+	pathBeforeKey      bool // validates the path id before the admin key
+	uncheckedPathID    bool // any path id is used as is
+	resetIgnoresUser   bool // reset deletes the endpoint's (or every) events of all users
+	concatSQL          bool // builds SQL by pasting values between quotes
+	noLengthCheck      bool // endpoints of any length
+	strictLength       bool // off by one: rejects 128-character endpoints
+	noEndpointCheck    bool // missing or empty endpoints accepted
+	plainErrors        bool // errors as {"error": "..."} application/json
+	anonymousUser      bool // no X-User-Id means user 1
+	lenientUserID      bool // strconv.ParseInt(id, 0, 64) > 0: signs, hex, underscores
+	phpUserID          bool // digits only, then a saturating parse, zero allowed
+	unicodeUserID      bool // any Unicode decimal digits
+	emptyBodyIs422     bool // no body is a missing endpoint (422), not 400
+	typeErrors400      bool // a wrongly typed endpoint is 400, not 422
+	lenientJSON        bool // trailing data after the object ignored
+	noBodyLimit        bool // no 64 KiB bound on bodies
+	anyMethod          bool // routes answer every method
+	bigHeaders         bool // the server accepts 8 MiB of headers
+	bare429            bool // 429 without Retry-After and RateLimit headers
+	recordsDenied      bool // sliding log records refused attempts too
+	chargesInvalid     bool // every check attempt with a user id is charged, malformed ones too
+	defaultPolicy      bool // an unknown policy falls back to "check"
+	uncheckedCost      bool // any cost accepted
+	sharedNamespace    bool // X-Client-Key values and peer addresses are one key space
+	v1SeedPolicies     bool // /v1/check charges the seed routes' policies
+	trustClientKey     bool // a strict reference still believes X-Client-Key from anyone
+	decisionAPIsPublic bool // a strict reference serves its decision APIs publicly too
 }
 
 const (
 	refWindow     = 60 * time.Second
 	refPingLimit  = 3
 	refCheckLimit = 10
+	refAPILimit   = 10
 	maxBody       = 64 << 10
 )
 
@@ -68,11 +73,14 @@ const (
 var refNow = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 
 // reference is a small implementation of DESIGN.md's routes over a real
-// SQLite file, against which the whole suite must pass.
+// SQLite file, against which the whole suite must pass. A strict one
+// believes no X-Client-Key and serves its decision APIs (internal routes)
+// on a second listener only.
 type reference struct {
 	db       *sql.DB
 	adminKey string
 	f        flaws
+	strict   bool
 }
 
 // openReference opens (creating) the SQLite file at path and returns the
@@ -98,17 +106,35 @@ func openReference(path, adminKey string, f flaws) (*reference, error) {
 // returns its base URL; everything is closed when the test ends.
 func newReference(t testing.TB, adminKey string, f flaws) string {
 	t.Helper()
+	ref := startReference(t, adminKey, f, false)
+	return serveReference(t, ref.listener(true), f)
+}
+
+// newStrictReference starts a strict reference and returns the base URLs
+// of its public and internal listeners.
+func newStrictReference(t testing.TB, adminKey string, f flaws) (public, internal string) {
+	t.Helper()
+	ref := startReference(t, adminKey, f, true)
+	return serveReference(t, ref.listener(true), f), serveReference(t, ref.listener(false), f)
+}
+
+func startReference(t testing.TB, adminKey string, f flaws, strict bool) *reference {
+	t.Helper()
 	ref, err := openReference(filepath.Join(t.TempDir(), "ref.db"), adminKey, f)
 	require.NoError(t, err)
-	srv := httptest.NewUnstartedServer(ref)
+	ref.strict = strict
+	t.Cleanup(func() { ref.db.Close() })
+	return ref
+}
+
+func serveReference(t testing.TB, h http.Handler, f flaws) string {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
 	if f.bigHeaders {
 		srv.Config.MaxHeaderBytes = 8 << 20
 	}
 	srv.Start()
-	t.Cleanup(func() {
-		srv.Close()
-		ref.db.Close()
-	})
+	t.Cleanup(srv.Close)
 	return srv.URL
 }
 
@@ -116,26 +142,48 @@ type route struct {
 	method, path string
 	prefix       bool
 	handle       func(*reference, http.ResponseWriter, *http.Request)
+	internal     bool // a decision API: on a strict reference's internal listener only
 }
 
 var routes = []route{
-	{http.MethodGet, "/healthz", false, (*reference).healthz},
-	{http.MethodGet, "/ping", false, (*reference).ping},
-	{http.MethodGet, "/status", false, (*reference).status},
-	{http.MethodPost, "/rate/check", false, (*reference).check},
-	{http.MethodGet, "/rate/status", false, (*reference).rateStatus},
-	{http.MethodDelete, "/rate/reset/", true, (*reference).reset},
-	{http.MethodPost, "/v1/check", false, (*reference).v1Check},
+	{http.MethodGet, "/healthz", false, (*reference).healthz, false},
+	{http.MethodGet, "/ping", false, (*reference).ping, false},
+	{http.MethodGet, "/status", false, (*reference).status, false},
+	{http.MethodPost, "/rate/check", false, (*reference).check, false},
+	{http.MethodGet, "/rate/status", false, (*reference).rateStatus, false},
+	{http.MethodDelete, "/rate/reset/", true, (*reference).reset, false},
+	{http.MethodPost, "/v1/check", false, (*reference).v1Check, true},
+	{http.MethodPost, "/json", false, (*reference).envoyJSON, true},
+	{http.MethodGet, "/metrics", false, (*reference).metrics, true},
+	{http.MethodGet, "/admin/offenders", false, (*reference).offenders, true},
 }
 
-func (s *reference) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// listener returns the handler of the public or the internal listener.
+func (s *reference) listener(public bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.serve(w, r, public) })
+}
+
+func (s *reference) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.serve(w, r, true) }
+
+// serves reports whether the listener (public or not) serves rt.
+func (s *reference) serves(rt route, public bool) bool {
+	switch {
+	case !s.strict || rt.path == "/healthz":
+		return true
+	case public:
+		return !rt.internal || s.f.decisionAPIsPublic
+	}
+	return rt.internal
+}
+
+func (s *reference) serve(w http.ResponseWriter, r *http.Request, public bool) {
 	if s.f.all200 {
 		writeJSON(w, http.StatusOK, map[string]any{})
 		return
 	}
 	var allow []string
 	for _, rt := range routes {
-		if r.URL.Path != rt.path && (!rt.prefix || !strings.HasPrefix(r.URL.Path, rt.path)) {
+		if r.URL.Path != rt.path && (!rt.prefix || !strings.HasPrefix(r.URL.Path, rt.path)) || !s.serves(rt, public) {
 			continue
 		}
 		if rt.method == r.Method || s.f.anyMethod {
@@ -236,10 +284,20 @@ func (s *reference) fixedHit(key string, cost int64) (int64, error) {
 		ON CONFLICT (key, window_start) DO UPDATE SET count = count + excluded.count RETURNING count`, key, windowStart(), cost)
 }
 
-func (s *reference) peer(r *http.Request) string {
-	if k := r.Header.Get("X-Client-Key"); k != "" {
-		return k
+// peer returns /ping's identity and its namespace: X-Client-Key ("key:";
+// never on a strict reference), else the peer address ("peer:").
+func (s *reference) peer(r *http.Request) (key, namespace string) {
+	key, namespace = s.peerAddr(r), "peer:"
+	if k := r.Header.Get("X-Client-Key"); k != "" && (!s.strict || s.f.trustClientKey) {
+		key, namespace = k, "key:"
 	}
+	if s.f.sharedNamespace {
+		namespace = ""
+	}
+	return key, namespace
+}
+
+func (s *reference) peerAddr(r *http.Request) string {
 	if s.f.trustForwarded {
 		for _, h := range []string{"X-Forwarded-For", "X-Real-IP", "True-Client-IP", "Forwarded"} {
 			if v := r.Header.Get(h); v != "" {
@@ -255,8 +313,8 @@ func (s *reference) peer(r *http.Request) string {
 }
 
 func (s *reference) ping(w http.ResponseWriter, r *http.Request) {
-	key := s.peer(r)
-	n, err := s.fixedHit(key, 1)
+	key, namespace := s.peer(r)
+	n, err := s.fixedHit(namespace+key, 1)
 	if err != nil {
 		s.failed(w, err)
 		return
@@ -275,7 +333,14 @@ func (s *reference) status(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusUnprocessableEntity, "query parameter key is required")
 		return
 	}
-	n, err := s.scalar(`SELECT count FROM rate_limit_windows WHERE key = ? AND window_start = ?`, key, windowStart())
+	namespace := "key:"
+	if net.ParseIP(key) != nil {
+		namespace = "peer:" // an address: the peer's counter
+	}
+	if s.f.sharedNamespace {
+		namespace = ""
+	}
+	n, err := s.scalar(`SELECT count FROM rate_limit_windows WHERE key = ? AND window_start = ?`, namespace+key, windowStart())
 	if err != nil {
 		s.failed(w, err)
 		return
@@ -530,10 +595,14 @@ func (s *reference) v1Check(w http.ResponseWriter, r *http.Request) {
 	if !s.readJSON(w, r, &in) {
 		return
 	}
-	limits := map[string]int64{"ping": refPingLimit, "check": refCheckLimit}
+	limits := map[string]int64{"ping": refPingLimit, "check": refCheckLimit, "api": refAPILimit}
 	limit, known := limits[in.Policy]
 	if !known && s.f.defaultPolicy {
-		in.Policy, limit, known = "check", refCheckLimit, true
+		in.Policy, limit, known = "api", refAPILimit, true
+	}
+	if (in.Policy == "ping" || in.Policy == "check") && !s.f.v1SeedPolicies {
+		s.problem(w, http.StatusForbidden, "policy "+in.Policy+" is a seed route's: /v1/check may not charge it")
+		return
 	}
 	cost := int64(1)
 	if in.Cost != nil {
@@ -550,7 +619,11 @@ func (s *reference) v1Check(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusUnprocessableEntity, "cost must be 1..limit")
 		return
 	}
-	n, err := s.fixedHit("v1:"+in.Policy+":"+in.Key, cost)
+	key := in.Key
+	if in.Policy != "ping" {
+		key = "v1:" + in.Policy + ":" + key
+	}
+	n, err := s.fixedHit(key, cost) // as is on ping: shares the seed route's counters
 	if err != nil {
 		s.failed(w, err)
 		return
@@ -561,4 +634,21 @@ func (s *reference) v1Check(w http.ResponseWriter, r *http.Request) {
 		body = map[string]any{"allowed": true, "limit": limit, "remaining": limit - n, "reset_after": reset.Seconds(), "retry_after": 0}
 	}
 	s.limited(w, in.Policy, limit, limit-n, reset, body)
+}
+
+func (s *reference) envoyJSON(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]any{"overallCode": "OK"})
+}
+
+func (s *reference) metrics(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "text/plain")
+	_, _ = io.WriteString(w, "# reference\n")
+}
+
+func (s *reference) offenders(w http.ResponseWriter, r *http.Request) {
+	if !s.isAdmin(r.Header.Get("X-Admin-Key")) {
+		s.problem(w, http.StatusForbidden, "admin key missing or wrong")
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"offenders": []any{}})
 }

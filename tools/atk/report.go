@@ -15,6 +15,7 @@ import (
 type Report struct {
 	Target       string    `json:"target"`
 	ClosedTarget string    `json:"closed_target,omitempty"`
+	StrictTarget string    `json:"strict_target,omitempty"`
 	Seed         uint64    `json:"seed"`
 	Started      time.Time `json:"started"`
 	Results      []Result  `json:"results"`
@@ -25,7 +26,7 @@ type Report struct {
 
 // NewReport counts the outcomes of results.
 func NewReport(cfg *Config, started time.Time, results []Result) Report {
-	r := Report{Target: cfg.Target, ClosedTarget: cfg.Closed, Seed: cfg.Seed, Started: started.UTC(), Results: results}
+	r := Report{Target: cfg.Target, ClosedTarget: cfg.Closed, StrictTarget: cfg.Strict, Seed: cfg.Seed, Started: started.UTC(), Results: results}
 	for _, res := range results {
 		switch res.Outcome {
 		case Pass:
@@ -119,6 +120,7 @@ func (r Report) WriteJUnit(w io.Writer) error {
 		Props: []junitProp{
 			{Name: "target", Value: r.Target},
 			{Name: "closed_target", Value: r.ClosedTarget},
+			{Name: "strict_target", Value: r.StrictTarget},
 			{Name: "seed", Value: fmt.Sprint(r.Seed)},
 		},
 	}

@@ -9,7 +9,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"regexp"
 	"slices"
 	"strconv"
@@ -31,7 +34,27 @@ const (
 	// NeedClosedTarget: the case talks to a service started without an
 	// admin key (--closed-target).
 	NeedClosedTarget
+	// NeedStrictTarget: the case talks to a service that believes no
+	// client-asserted identity from an untrusted peer and serves its
+	// decision APIs on an internal listener only (--strict-target).
+	NeedStrictTarget
+	// NeedLoopback: the case connects from other loopback addresses, as
+	// other clients; the target must listen on IPv4 loopback.
+	NeedLoopback
 )
+
+// Where names the service a request goes to.
+type Where uint8
+
+// The services of a run.
+const (
+	Main           Where = iota // --target
+	Closed                      // --closed-target
+	Strict                      // --strict-target
+	StrictInternal              // --strict-internal-target
+)
+
+var whereNames = [...]string{"", " (closed target)", " (strict target)", " (strict internal target)"}
 
 // Case is one row of the attack table. Steps are sent in order and each
 // answer is checked against its step; Then, when set, runs afterwards with
@@ -53,8 +76,11 @@ type Request struct {
 	Path   string
 	Header http.Header
 	Body   []byte
-	// Closed sends the request to the closed target instead of the main one.
-	Closed bool
+	// To is the service the request goes to; the main target by default.
+	To Where
+	// From, when valid, is the loopback address the request is sent from,
+	// as another client (see NeedLoopback).
+	From netip.Addr
 }
 
 // String names the request in failure messages; long paths are shortened.
@@ -63,10 +89,10 @@ func (r Request) String() string {
 	if uid := r.Header.Values("X-User-Id"); len(uid) > 0 {
 		s += fmt.Sprintf(" (X-User-Id %q)", uid[0])
 	}
-	if r.Closed {
-		s += " (closed target)"
+	if r.From.IsValid() {
+		s += " from " + r.From.String()
 	}
-	return s
+	return s + whereNames[r.To]
 }
 
 // Response is what came back: a status, headers and body, or a transport
@@ -101,11 +127,30 @@ type Step struct {
 
 // Config is what a run needs. It is read-only during a run.
 type Config struct {
-	Target   string // base URL of the service under test, no trailing slash
-	Closed   string // base URL of a service without an admin key, or ""
-	AdminKey string // the target's admin key, or "" when unknown
-	Seed     uint64 // seeds the random user ids and keys
-	Client   *http.Client
+	Target         string // base URL of the service under test, no trailing slash
+	Closed         string // base URL of a service without an admin key, or ""
+	Strict         string // base URL of a strict service's public listener, or ""
+	StrictInternal string // base URL of the strict service's internal listener, or ""
+	AdminKey       string // the target's admin key, or "" when unknown
+	V1Policy       string // a policy of the target that /v1/check may charge
+	Seed           uint64 // seeds the random user ids and keys
+	Client         *http.Client
+}
+
+// base returns the base URL of w.
+func (c *Config) base(w Where) string {
+	return [...]string{c.Target, c.Closed, c.Strict, c.StrictInternal}[w]
+}
+
+// loopback reports whether the main target listens on an IPv4 loopback
+// address, so that requests can come from others.
+func (c *Config) loopback() bool {
+	u, err := url.Parse(c.Target)
+	if err != nil {
+		return false
+	}
+	a, err := netip.ParseAddr(u.Hostname())
+	return err == nil && a.Is4() && a.IsLoopback()
 }
 
 // Env is a case's view of the run: the collecting TestingT, the HTTP
@@ -201,6 +246,12 @@ func unmet(cfg *Config, n Need) string {
 	if n&NeedClosedTarget != 0 && cfg.Closed == "" {
 		missing = append(missing, "no --closed-target given")
 	}
+	if n&NeedStrictTarget != 0 && cfg.Strict == "" {
+		missing = append(missing, "no --strict-target given")
+	}
+	if n&NeedLoopback != 0 && !cfg.loopback() {
+		missing = append(missing, "the target is not on IPv4 loopback, so the runner cannot connect as other clients")
+	}
 	return strings.Join(missing, "; ")
 }
 
@@ -226,6 +277,12 @@ func (e *Env) Token(prefix string) string {
 	return string(b)
 }
 
+// PeerIP returns a random loopback address other than 127.0.0.1, to connect
+// from as another client.
+func (e *Env) PeerIP() netip.Addr {
+	return netip.AddrFrom4([4]byte{127, byte(1 + e.rng.IntN(254)), byte(e.rng.IntN(256)), byte(1 + e.rng.IntN(254))})
+}
+
 // ForgedIP returns a random address of the documentation ranges, for
 // forged forwarding headers.
 func (e *Env) ForgedIP() string {
@@ -248,9 +305,11 @@ func (e *Env) AdminWant(want int) int {
 
 // Do sends req and reads the whole answer. It asserts nothing.
 func (e *Env) Do(req Request) *Response {
-	base := e.cfg.Target
-	if req.Closed {
-		base = e.cfg.Closed
+	base := e.cfg.base(req.To)
+	client := e.cfg.Client
+	if req.From.IsValid() {
+		client = fromClient(client, req.From)
+		defer client.CloseIdleConnections()
 	}
 	var body io.Reader
 	if req.Body != nil {
@@ -263,13 +322,21 @@ func (e *Env) Do(req Request) *Response {
 	for k, vs := range req.Header {
 		hr.Header[http.CanonicalHeaderKey(k)] = vs
 	}
-	resp, err := e.cfg.Client.Do(hr)
+	resp, err := client.Do(hr)
 	if err != nil {
 		return &Response{Err: err}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b, Err: err}
+}
+
+// fromClient returns a copy of c whose connections come from src.
+func fromClient(c *http.Client, src netip.Addr) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: src.AsSlice()}, Timeout: c.Timeout}
+	cc := *c
+	cc.Transport = &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	return &cc
 }
 
 // Run sends the step's request (Times copies at once when set), asserts
