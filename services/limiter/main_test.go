@@ -21,6 +21,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if addr := os.Getenv(floodEnv); addr != "" {
+		os.Exit(flood(addr))
+	}
 	gin.SetMode(gin.TestMode)
 	code := m.Run()
 	removeSharedBinary()
