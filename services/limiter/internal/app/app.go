@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -45,7 +46,8 @@ type App struct {
 	log      *slog.Logger
 	store    limiter.Store // the configured store; wrapped by fallback for redis
 	fallback *fallback     // on_store_error for redis; nil for the other stores
-	engine   *gin.Engine
+	engine   *gin.Engine   // every route, or the public ones with --internal-addr
+	internal *gin.Engine   // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 
@@ -108,7 +110,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 		a.clock = shiftedClock{clock: a.clock, d: a.clockOffset}
 		a.log.Warn("TEST ONLY: "+ClockOffsetEnv+" shifts this instance's clock; never set it in production", "offset", a.clockOffset.String())
 	}
-	store, err := openStore(cfg, cfg.RedisClientTime || !systemClock)
+	store, err := openStore(cfg, cfg.RedisClientTime || !systemClock, a.log)
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +154,14 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	if a.metrics, err = decide.NewMetrics(reg); err != nil {
 		return err
 	}
-	if a.offenders, err = decide.NewOffenders(a.cfg.OffendersWindow, a.cfg.OffendersRawKeys); err != nil {
+	hasher, err := offenders.NewHasher(a.cfg.HashSecret)
+	if err != nil {
+		return &config.Error{Field: config.HashSecretEnv, Reason: err.Error()}
+	}
+	if a.offenders, err = decide.NewOffenders(a.cfg.OffendersWindow, a.cfg.OffendersRawKeys, hasher); err != nil {
 		return err
 	}
+	warnCatchAll(a.log, a.cfg.TrustedProxies)
 	snap, err := a.snapshot(a.cfg, rules)
 	if err != nil {
 		return err
@@ -173,18 +180,26 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	if rules != nil && len(rules.Domains()) == 0 {
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
-	engine, err := httpapi.New(httpapi.Options{
+	opts := httpapi.Options{
 		Snapshot:       a.current.Load,
 		AdminKey:       a.cfg.AdminKey,
 		TrustedProxies: a.cfg.TrustedProxies,
 		Logger:         a.log,
 		Registry:       reg,
 		Draining:       a.draining,
-	})
-	if err != nil {
+		PingSources:    a.cfg.PingKey,
+		EndpointFold:   a.cfg.EndpointFold,
+	}
+	if a.cfg.InternalAddr != "" {
+		opts.Listener = httpapi.InternalRoutes
+		if a.internal, err = httpapi.New(opts); err != nil {
+			return fmt.Errorf("app: %w", err)
+		}
+		opts.Listener = httpapi.PublicRoutes
+	}
+	if a.engine, err = httpapi.New(opts); err != nil {
 		return fmt.Errorf("app: %w", err)
 	}
-	a.engine = engine
 	return nil
 }
 
@@ -196,20 +211,26 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		return nil, err
 	}
 	policies := a.policiesOf(cfg)
+	ids, err := resolver(cfg)
+	if err != nil {
+		return nil, err
+	}
 	store := a.store
 	if a.fallback != nil {
 		store = a.fallback.withPolicies(cfg, policies)
 	}
 	snap, err := snapshot.New(snapshot.Parts{
-		Policies:   policies,
-		PingRoute:  cfg.RoutePolicies[config.RoutePing],
-		CheckRoute: cfg.RoutePolicies[config.RouteCheck],
-		Envoy:      rules,
-		Store:      store,
-		StoreName:  string(a.cfg.Store),
-		Clock:      a.clock,
-		Metrics:    a.metrics,
-		Offenders:  a.offenders,
+		Policies:    policies,
+		PingRoute:   cfg.RoutePolicies[config.RoutePing],
+		CheckRoute:  cfg.RoutePolicies[config.RouteCheck],
+		Envoy:       rules,
+		Store:       store,
+		StoreName:   string(a.cfg.Store),
+		Clock:       a.clock,
+		Metrics:     a.metrics,
+		Offenders:   a.offenders,
+		Identity:    ids,
+		DecisionAPI: decisionAPI(cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -222,10 +243,10 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 // clocks on one time, and is the default): New asks for it with
 // --redis-client-time or when a test injects a clock (WithClock), never for
 // a clock shifted by WithClockOffset alone.
-func openStore(cfg config.Config, clientTime bool) (limiter.Store, error) {
+func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.Store, error) {
 	switch cfg.Store {
 	case config.StoreMemory:
-		return memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)), nil
+		return memstore.New(memoryOptions(cfg, log)...), nil
 	case config.StoreSQLite:
 		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
 			return nil, fmt.Errorf("app: sqlite store: %w", err)
@@ -277,8 +298,18 @@ func (a *App) probe(ctx context.Context, store limiter.Store, policies []limiter
 	return nil
 }
 
-// Handler returns the HTTP handler (the Gin engine).
+// Handler returns the HTTP handler (the Gin engine): every route, or with
+// --internal-addr the public ones.
 func (a *App) Handler() http.Handler { return a.engine }
+
+// InternalHandler returns the internal listener's handler, nil without
+// --internal-addr.
+func (a *App) InternalHandler() http.Handler {
+	if a.internal == nil {
+		return nil
+	}
+	return a.internal
+}
 
 // Stopping returns a channel closed once the server has begun its graceful
 // shutdown: its listeners are closed and in-flight requests are finishing.
@@ -329,17 +360,6 @@ func (a *App) pruneLoop(ctx context.Context, interval time.Duration) {
 // the configured shutdown timeout to finish, the pruning job stops. It does
 // not close the store (Close does). It returns nil after a clean shutdown.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
-	srv := &http.Server{
-		Handler:           a.engine,
-		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
-		ReadTimeout:       a.cfg.ReadTimeout,
-		WriteTimeout:      a.cfg.WriteTimeout,
-		IdleTimeout:       a.cfg.IdleTimeout,
-		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
-	}
-	srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
-
 	pruneCtx, stopPrune := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { a.pruneLoop(pruneCtx, a.cfg.PruneInterval) })
@@ -348,6 +368,35 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		stopPrune()
 		wg.Wait()
 	}()
+	return a.serveHTTP(ctx, ln, a.engine, true)
+}
+
+// ServeInternal answers the internal listener's routes on ln until ctx is
+// done, then shuts down gracefully as Serve does. Without --internal-addr
+// it closes ln and returns an error.
+func (a *App) ServeInternal(ctx context.Context, ln net.Listener) error {
+	if a.internal == nil {
+		return errors.Join(errors.New("app: no internal listener: set --internal-addr"), ln.Close())
+	}
+	return a.serveHTTP(ctx, ln, a.internal, false)
+}
+
+// serveHTTP serves h on ln with the configured timeouts until ctx is done,
+// then shuts down gracefully; main marks the server whose shutdown starts
+// the draining (readiness 503).
+func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, main bool) error {
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
+		ReadTimeout:       a.cfg.ReadTimeout,
+		WriteTimeout:      a.cfg.WriteTimeout,
+		IdleTimeout:       a.cfg.IdleTimeout,
+		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+	}
+	if main {
+		srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
+	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
@@ -386,18 +435,31 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return fmt.Errorf("app: %w", err)
+	names, addrs := []string{"addr"}, []string{cfg.Addr}
+	serve := []func(context.Context, net.Listener) error{a.Serve}
+	if cfg.InternalAddr != "" {
+		names, addrs, serve = append(names, "internal_addr"), append(addrs, cfg.InternalAddr), append(serve, a.ServeInternal)
 	}
-	if cfg.GRPCAddr == "" {
-		a.log.Info("listening", "addr", ln.Addr().String(), "config", cfg)
-		return a.Serve(ctx, ln)
+	if cfg.GRPCAddr != "" {
+		names, addrs, serve = append(names, "grpc_addr"), append(addrs, cfg.GRPCAddr), append(serve, a.ServeGRPC)
 	}
-	grpcLn, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return errors.Join(fmt.Errorf("app: %w", err), ln.Close())
+	var lns []net.Listener
+	for _, addr := range addrs {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			for _, open := range lns {
+				open.Close()
+			}
+			return fmt.Errorf("app: %w", err)
+		}
+		lns = append(lns, ln)
 	}
-	a.log.Info("listening", "addr", ln.Addr().String(), "grpc_addr", grpcLn.Addr().String(), "config", cfg)
-	return a.serveBoth(ctx, ln, grpcLn)
+	lns = bound(cfg, lns...)
+	perListener, perClient := connBounds(cfg, len(lns))
+	attrs := []any{}
+	for i, ln := range lns {
+		attrs = append(attrs, names[i], ln.Addr().String())
+	}
+	a.log.Info("listening", append(attrs, "max_conns", perListener, "max_conns_per_client", perClient, "config", cfg)...)
+	return a.serveAll(ctx, lns, serve)
 }

@@ -53,7 +53,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
-	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log)
+	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, grpcOptions(a.cfg)...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -82,19 +82,19 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// serveBoth runs Serve on ln and ServeGRPC on grpcLn until ctx is done or
-// either fails, which stops the other.
-func (a *App) serveBoth(ctx context.Context, ln, grpcLn net.Listener) error {
+// serveAll runs serve[i] on lns[i], each in its goroutine, until ctx is
+// done or one fails, which stops the others.
+func (a *App) serveAll(ctx context.Context, lns []net.Listener, serve []func(context.Context, net.Listener) error) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	var grpcErr error
+	errs := make([]error, len(lns))
 	var wg sync.WaitGroup
-	wg.Go(func() {
-		grpcErr = a.ServeGRPC(ctx, grpcLn)
-		cancel()
-	})
-	err := a.Serve(ctx, ln)
-	cancel()
+	for i := range lns {
+		wg.Go(func() {
+			errs[i] = serve[i](ctx, lns[i])
+			cancel()
+		})
+	}
 	wg.Wait()
-	return errors.Join(err, grpcErr)
+	return errors.Join(errs...)
 }

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
 // Store names a storage backend.
@@ -39,6 +41,16 @@ var Routes = []string{RoutePing, RouteCheck}
 // AdminKeyEnv is the only way to set the admin key: never a flag (it would
 // show in the process list) and never in the YAML file.
 const AdminKeyEnv = "LIMITER_ADMIN_KEY"
+
+// MinAdminKeyLen is the shortest admin key the service starts with: a key
+// any shorter falls to guessing even when failed attempts are throttled.
+const MinAdminKeyLen = 16
+
+// HashSecretEnv is the only way to set the secret of the keyed hash that
+// names clients in logs and in /admin/offenders: give every instance of a
+// deployment the same one so that their logs agree. Unset: a random secret
+// per process.
+const HashSecretEnv = "LIMITER_HASH_SECRET"
 
 // Config is the service's configuration after every source has been applied.
 // A Config returned by Load is valid; it is a plain value, safe to copy.
@@ -81,9 +93,38 @@ type Config struct {
 	// OffendersRawKeys makes GET /admin/offenders show client keys as sent
 	// instead of the hash the access log uses. Keys can be API keys.
 	OffendersRawKeys bool
-	// AdminKey guards DELETE /rate/reset. Empty means admin routes always
-	// answer 403. Never log it: see LogValue.
+	// AdminKey guards DELETE /rate/reset and GET /admin/offenders. Empty
+	// means admin routes always answer 403. Never log it: see LogValue.
 	AdminKey string
+	// HashSecret keys the hash that names clients in logs and reports;
+	// empty: random per process. Never log it.
+	HashSecret string
+	// InternalAddr, when set, is the listen address of the decision APIs
+	// (/v1/check, POST /json), /metrics and /admin/*; Addr then serves the
+	// seed routes and health only.
+	InternalAddr string
+	// IdentityHeaders says who may assert an identity by header
+	// (X-Client-Key, X-User-Id): any client, or trusted proxies only.
+	IdentityHeaders identity.Trust
+	// PingKey are /ping's key sources, first that applies wins.
+	PingKey []identity.Source
+	// APIKeysFile holds the SHA-256 digests of the accepted X-Api-Key
+	// values, one per line; re-read on SIGHUP. Empty: none.
+	APIKeysFile string
+	// IPv6Prefix is how many leading bits name one IPv6 client.
+	IPv6Prefix int
+	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
+	EndpointFold canon.Fold
+	// MaxConns bounds the open connections of each listener and
+	// MaxConnsPerClient those of one client address on each; 0 derives
+	// them from the descriptor limit (see app).
+	MaxConns, MaxConnsPerClient int
+	// MemoryRefuseWhenFull makes a full memory store refuse new keys
+	// instead of evicting live ones.
+	MemoryRefuseWhenFull bool
+	// DecisionAPI names the seed routes' policies that /v1/check may
+	// charge anyway (decision_api: true).
+	DecisionAPI map[string]bool
 	// Policies by name.
 	Policies map[string]limiter.Policy
 	// RoutePolicies maps each of Routes to the names of its policies, in
@@ -112,6 +153,11 @@ func (c Config) LogValue() slog.Value {
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Duration("prune_interval", c.PruneInterval),
 		slog.String("admin_key", admin),
+		slog.String("internal_addr", c.InternalAddr),
+		slog.String("identity_headers", c.IdentityHeaders.String()),
+		slog.Any("ping_key", c.PingKey),
+		slog.String("api_keys_file", c.APIKeysFile),
+		slog.String("endpoint_fold", c.EndpointFold.String()),
 		slog.Duration("offenders_window", c.OffendersWindow),
 		slog.Bool("offenders_raw_keys", c.OffendersRawKeys),
 		slog.Any("policies", PoliciesLogValue(c.Policies)),
@@ -148,11 +194,14 @@ func fieldError(field string, err error) error {
 }
 
 // defaultPolicies reproduce the seeds: 3 per minute on /ping (fixed window,
-// seed 000) and 10 per minute on /rate/check (sliding log, seed 001).
+// seed 000) and 10 per minute on /rate/check (sliding log, seed 001); and
+// api, 10 per minute, for /v1/check, which may not charge the seed routes'
+// policies.
 func defaultPolicies() map[string]limiter.Policy {
 	return map[string]limiter.Policy{
 		"ping":  {Name: "ping", Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Minute},
 		"check": {Name: "check", Algorithm: limiter.SlidingLog, Limit: 10, Window: time.Minute},
+		"api":   {Name: "api", Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Minute},
 	}
 }
 

@@ -14,6 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
 // env returns a getenv over a fixed map.
@@ -52,7 +54,12 @@ func TestLoadDefaultsReproduceTheSeeds(t *testing.T) {
 	assert.Equal(t, map[string]limiter.Policy{
 		"ping":  {Name: "ping", Algorithm: limiter.FixedWindow, Limit: 3, Window: 60 * time.Second},
 		"check": {Name: "check", Algorithm: limiter.SlidingLog, Limit: 10, Window: 60 * time.Second},
+		"api":   {Name: "api", Algorithm: limiter.FixedWindow, Limit: 10, Window: 60 * time.Second},
 	}, c.Policies)
+	assert.Equal(t, identity.HeadersFromAny, c.IdentityHeaders, "the seeds believe X-Client-Key from anyone")
+	assert.Equal(t, []identity.Source{identity.Header, identity.Peer}, c.PingKey)
+	assert.Equal(t, 64, c.IPv6Prefix)
+	assert.Empty(t, c.InternalAddr)
 	assert.Equal(t, map[string][]string{"ping": {"ping"}, "check": {"check"}}, c.RoutePolicies)
 }
 
@@ -92,6 +99,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 	// Each setting is given a non-default value through the flag, the
 	// environment and the file in turn, and must land in the Config.
 	envoyDir := t.TempDir()
+	apiKeys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(apiKeys, []byte("# none yet\n"), 0o600))
 	values := map[string]string{
 		"addr": "127.0.0.1:9", "store": "memory", "sqlite-path": "/tmp/x.db",
 		"redis-url": "rediss://127.0.0.1:7000/2", "grpc-addr": "127.0.0.1:8081", "envoy-config": envoyDir,
@@ -101,6 +110,9 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"log-level": "debug", "log-format": "json",
 		"redis-pool-size": "7", "redis-timeout": "250ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
 		"offenders-window": "5m", "offenders-raw-keys": "true",
+		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer",
+		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
+		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -124,6 +136,14 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.RedisClientTime)
 		assert.Equal(t, 5*time.Minute, c.OffendersWindow)
 		assert.True(t, c.OffendersRawKeys)
+		assert.Equal(t, "127.0.0.1:10", c.InternalAddr)
+		assert.Equal(t, identity.HeadersFromTrustedProxies, c.IdentityHeaders)
+		assert.Equal(t, []identity.Source{identity.APIKey, identity.Peer}, c.PingKey)
+		assert.Equal(t, apiKeys, c.APIKeysFile)
+		assert.Equal(t, 56, c.IPv6Prefix)
+		assert.Equal(t, canon.FoldCase|canon.FoldSlashes, c.EndpointFold)
+		assert.Equal(t, []int{500, 50}, []int{c.MaxConns, c.MaxConnsPerClient})
+		assert.True(t, c.MemoryRefuseWhenFull)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 
@@ -220,7 +240,7 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 		{name: "unknown top-level key", yaml: "addr: 127.0.0.1:1\nlisten: 1\n",
 			want: `config: listen: unknown key (line 2)`},
 		{name: "unknown policy key", yaml: "policies:\n  ping: {limit: 3, burst: 9}\n",
-			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error)`},
+			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api)`},
 		{name: "repeated key", yaml: "store: memory\nstore: sqlite\n",
 			want: `config: store: key given twice (line 2)`},
 		{name: "unknown policy in routes", yaml: "routes:\n  ping: [ping, nope]\n",

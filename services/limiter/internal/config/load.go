@@ -12,6 +12,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
 // setting is one scalar option. Its flag is --name, its environment variable
@@ -109,8 +112,45 @@ var settings = []setting{
 		c.TrustedProxies = list
 		return nil
 	}},
+	{"internal-addr", "", "listen address, host:port, of the decision APIs (/v1/check, POST /json), /metrics and /admin/*; when set, --addr serves only the seed routes and health. Empty: everything on --addr", func(c *Config, v string) error {
+		if v != "" {
+			if err := checkHostPort(v); err != nil {
+				return err
+			}
+		}
+		c.InternalAddr = v
+		return nil
+	}},
+	{"identity-headers", "any", "who may assert an identity by header (X-Client-Key, X-User-Id): any (every client, as the seeds do: a client can choose its own budget) or trusted-proxies (only peers in --trusted-proxies; from others the headers are ignored)", func(c *Config, v string) error {
+		t, err := identity.ParseTrust(v)
+		c.IdentityHeaders = t
+		return err
+	}},
+	{"ping-key", "header,peer", "/ping's key sources, comma-separated, first that applies wins: header (X-Client-Key), api_key (X-Api-Key, one of --api-keys-file), user (X-User-Id), peer (the client address)", func(c *Config, v string) error {
+		s, err := identity.ParseSources(splitList(v))
+		c.PingKey = s
+		return err
+	}},
+	{"api-keys-file", "", "file of the SHA-256 digests (hex, one per line) of the accepted X-Api-Key values; re-read on SIGHUP. Empty: no API key is accepted", func(c *Config, v string) error {
+		if v != "" {
+			if _, err := identity.LoadAPIKeys(v); err != nil {
+				return err
+			}
+		}
+		c.APIKeysFile = v
+		return nil
+	}},
+	{"ipv6-prefix", "64", "leading bits of an IPv6 address that name one client (a /64 is one subscriber); 128 keys every address apart", intSetter(1, 128, func(c *Config) *int { return &c.IPv6Prefix })},
+	{"endpoint-fold", "", "foldings of /rate/* endpoints, comma-separated, beyond Unicode NFC (always): space, query, percent, slashes, trailing_slash, case, or all. Empty: none", func(c *Config, v string) error {
+		f, err := canon.ParseFold(splitList(v))
+		c.EndpointFold = f
+		return err
+	}},
+	{"max-conns", "0", "most open connections of each listener; over it a new connection is closed at once. 0: a share of the descriptor limit (RLIMIT_NOFILE)", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConns })},
+	{"max-conns-per-client", "0", "most open connections of one client address (IPv6: its /64) on each listener. 0: a quarter of --max-conns", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConnsPerClient })},
+	{"memory-refuse-when-full", "false", "store memory: when full, refuse new keys (429) instead of evicting keys whose state still matters (fail closed when full)", boolSetter(func(c *Config) *bool { return &c.MemoryRefuseWhenFull })},
 	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
-	{"memory-max-keys", "1000000", "store memory: most keys held; when full, a new key evicts the sampled key whose state expires first", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
+	{"memory-max-keys", "1000000", "store memory: most keys held; when full, a new key evicts, among sampled keys that are not exhausted, the one whose state expires first (an exhausted key goes last)", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
 	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
@@ -132,6 +172,17 @@ var settings = []setting{
 	}},
 	{"offenders-window", "1m", "GET /admin/offenders lists the keys refused most in the current and the previous interval of this length", durationSetter(func(c *Config) *time.Duration { return &c.OffendersWindow })},
 	{"offenders-raw-keys", "false", "GET /admin/offenders shows client keys as sent instead of their log hash. Keys can be API keys or user ids: enable only where the admin key is guarded as well as they are", boolSetter(func(c *Config) *bool { return &c.OffendersRawKeys })},
+}
+
+// splitList splits a comma-separated list, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for item := range strings.SplitSeq(v, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // checkHostPort accepts a listen address host:port (the host may be empty).
@@ -237,6 +288,16 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		}
 	}
 	c.AdminKey = getenv(AdminKeyEnv)
+	if c.AdminKey != "" && len(c.AdminKey) < MinAdminKeyLen {
+		return Config{}, &Error{Field: AdminKeyEnv, Reason: fmt.Sprintf("must be at least %d characters (it has %d); unset it to turn the admin routes off", MinAdminKeyLen, len(c.AdminKey))}
+	}
+	c.HashSecret = getenv(HashSecretEnv)
+	if c.HashSecret != "" && len(c.HashSecret) < MinAdminKeyLen {
+		return Config{}, &Error{Field: HashSecretEnv, Reason: fmt.Sprintf("must be at least %d characters", MinAdminKeyLen)}
+	}
+	if c.InternalAddr != "" && c.InternalAddr == c.Addr {
+		return Config{}, &Error{Field: "internal-addr", Reason: "must differ from --addr"}
+	}
 	return c, nil
 }
 
@@ -263,11 +324,16 @@ Flags:
 	fmt.Fprintf(&b, `
 Environment only:
   %s
-      key that DELETE /rate/reset requires in X-Admin-Key; never a flag,
-      never logged; default empty: admin routes always answer 403
+      key that DELETE /rate/reset and GET /admin/offenders require in
+      X-Admin-Key, at least 16 characters; never a flag, never logged;
+      default empty: admin routes always answer 403
+  %s
+      secret (at least 16 characters) of the keyed hash naming clients in
+      logs and /admin/offenders; give every instance the same one; default
+      empty: a random secret per process
 
 YAML file (every key optional; unknown keys are an error):
-  policies:   # name -> {algorithm, limit, window, shadow, on_store_error}; window is whole seconds
+  policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api}; window is whole seconds
     ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
     check: { algorithm: sliding_log,  limit: 10, window: 60s }
   routes:     # seed route -> its policies, evaluated in order
@@ -282,7 +348,7 @@ YAML file (every key optional; unknown keys are an error):
     local        decide with an in-process memory store: each instance then
                  limits on its own, so N instances admit up to N x limit
   The sqlite and memory stores accept it; it only matters with redis.
-`, AdminKeyEnv)
+`, AdminKeyEnv, HashSecretEnv)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

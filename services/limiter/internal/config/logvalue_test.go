@@ -40,6 +40,7 @@ func TestStartLineListsTheConfigurationWithSecretsRedacted(t *testing.T) {
 	assert.Equal(t, float64(2*time.Minute), got["offenders_window"], "slog's JSON handler writes durations in nanoseconds")
 	assert.Equal(t, false, got["offenders_raw_keys"])
 	assert.Equal(t, map[string]any{
+		"api":   "fixed_window 10 per 1m0s",
 		"burst": "token_bucket 20 per 10s shadow",
 		"check": "sliding_log 10 per 1m0s",
 		"ping":  "fixed_window 3 per 1m0s",

@@ -96,10 +96,13 @@ func scalar(path string, v *yaml.Node) (string, error) {
 	return v.Value, nil
 }
 
+// listSettings are the settings whose YAML value may also be a list.
+var listSettings = []string{"trusted_proxies", "ping_key", "endpoint_fold"}
+
 // settingText returns a setting's value as the text a flag would carry;
-// trusted_proxies may also be a YAML list.
+// a list setting may also be a YAML list.
 func settingText(key, path string, v *yaml.Node) (string, error) {
-	if key != "trusted_proxies" || v.Kind != yaml.SequenceNode {
+	if !slices.Contains(listSettings, key) || v.Kind != yaml.SequenceNode {
 		return scalar(path, v)
 	}
 	items := make([]string, 0, len(v.Content))
@@ -130,9 +133,12 @@ func (c *Config) yamlPolicies(m *yaml.Node) error {
 			if err != nil {
 				return err
 			}
-			if field == "on_store_error" { // service-side, not a limiter.Policy field
+			switch field { // service-side, not limiter.Policy fields
+			case "on_store_error":
 				err = c.setStoreErrorMode(name, text)
-			} else {
+			case "decision_api":
+				err = c.setDecisionAPI(name, text)
+			default:
 				err = setPolicyField(&p, field, text)
 			}
 			if err != nil {
@@ -178,8 +184,22 @@ func setPolicyField(p *limiter.Policy, field, text string) error {
 		}
 		p.Shadow = b
 	default:
-		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error)")
+		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api)")
 	}
+	return nil
+}
+
+// setDecisionAPI records whether /v1/check may charge policy name even when
+// a seed route uses it.
+func (c *Config) setDecisionAPI(name, text string) error {
+	b, err := strconv.ParseBool(text)
+	if err != nil {
+		return fmt.Errorf("%q is not true or false", text)
+	}
+	if c.DecisionAPI == nil {
+		c.DecisionAPI = map[string]bool{}
+	}
+	c.DecisionAPI[name] = b
 	return nil
 }
 

@@ -1,8 +1,6 @@
 package decide
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"time"
 
@@ -18,13 +16,15 @@ const DefaultOffendersWindow = time.Minute
 // Decider. It is safe for concurrent use.
 type Offenders struct {
 	tracker *offenders.Tracker
-	raw     bool // keys listed as sent, not as the access log's hash
+	raw     bool              // keys listed as sent, not as the access log's hash
+	hasher  *offenders.Hasher // names keys in the report and the access log
 }
 
 // NewOffenders returns an empty Offenders whose report covers the current
 // and previous window (0 means DefaultOffendersWindow); raw lists keys as
-// sent instead of hashed.
-func NewOffenders(window time.Duration, raw bool) (*Offenders, error) {
+// sent instead of hashed with hasher (nil: a hasher with a random secret,
+// whose names hold for this process only).
+func NewOffenders(window time.Duration, raw bool, hasher *offenders.Hasher) (*Offenders, error) {
 	if window == 0 {
 		window = DefaultOffendersWindow
 	}
@@ -32,7 +32,12 @@ func NewOffenders(window time.Duration, raw bool) (*Offenders, error) {
 	if err != nil {
 		return nil, fmt.Errorf("decide: %w", err)
 	}
-	return &Offenders{tracker: t, raw: raw}, nil
+	if hasher == nil {
+		if hasher, err = offenders.NewHasher(""); err != nil {
+			return nil, fmt.Errorf("decide: %w", err)
+		}
+	}
+	return &Offenders{tracker: t, raw: raw, hasher: hasher}, nil
 }
 
 // Record counts one refusal of subject by policy at now, under the key form
@@ -43,7 +48,7 @@ func (o *Offenders) Record(now time.Time, policy, subject string) {
 	}
 	key := subject
 	if !o.raw {
-		key = HashKey(subject)
+		key = o.hasher.Sum(subject)
 	}
 	o.tracker.Record(now, offenders.Item{Policy: policy, Key: key})
 }
@@ -55,10 +60,8 @@ func (o *Offenders) Report(now time.Time) offenders.Report { return o.tracker.Re
 // RawKeys reports whether keys are listed as sent rather than hashed.
 func (o *Offenders) RawKeys() bool { return o.raw }
 
-// HashKey returns a short SHA-256 digest of a client key, the form the
-// access log and the offenders report show, so that lines about one client
-// can be matched without showing the key.
-func HashKey(key string) string {
-	sum := sha256.Sum256([]byte(key))
-	return hex.EncodeToString(sum[:8])
-}
+// Hash returns the name of a client key that the access log and the
+// offenders report show, so that lines about one client can be matched
+// without showing the key: a keyed hash (HMAC), which nobody without the
+// secret can reverse by enumerating addresses or user ids.
+func (o *Offenders) Hash(key string) string { return o.hasher.Sum(key) }

@@ -27,14 +27,15 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // for "" and ServiceName. Call the health server's Shutdown when a graceful
 // stop begins, so that health checks fail while in-flight calls finish. A
 // panic in a call is logged to log (nil discards) and answered Internal.
-func NewGRPCServer(svc *Service, log *slog.Logger) (*grpc.Server, *health.Server) {
+// opts are added to the server's own (connection bounds, keepalive).
+func NewGRPCServer(svc *Service, log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv := grpc.NewServer(
+	srv := grpc.NewServer(append([]grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
-	)
+	}, opts...)...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

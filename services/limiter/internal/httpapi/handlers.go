@@ -5,14 +5,20 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -82,33 +88,41 @@ func decided(c *gin.Context, plan *decide.Plan, v decide.Verdict) *problem {
 	return limited(plan.Policies()[v.Refused], v.Results[v.Refused].Decision)
 }
 
-// clientKey is /ping's identity: X-Client-Key when present and non-empty,
-// else the peer address as c.ClientIP sees it (forwarding headers count only
-// from trusted proxies). A bad key answers 400.
-func clientKey(c *gin.Context) (string, *problem) {
-	k, err := singleHeader(c, "X-Client-Key")
-	if err == nil && k != "" {
-		err = ValidateText("X-Client-Key", k, limiter.MaxKeyLen, 0)
+// clientIdentity resolves /ping's identity from the configured key
+// sources: 400 for a repeated or invalid header, 401 for an unknown API key.
+func (h *handler) clientIdentity(c *gin.Context, s *snapshot.Snapshot) (identity.Identity, *problem) {
+	r := identityRequest(c)
+	id, err := s.Identity.Resolve(r, h.pingSources)
+	switch {
+	case errors.Is(err, identity.ErrUnknownAPIKey):
+		return id, fail(http.StatusUnauthorized, "X-Api-Key is not one of the operator's keys")
+	case errors.Is(err, identity.ErrNoIdentity):
+		return id, fail(http.StatusBadRequest, "no key source applies to this request")
+	case err != nil:
+		return id, fail(http.StatusBadRequest, detail(err))
 	}
-	if err != nil {
-		return "", fail(http.StatusBadRequest, detail(err))
+	if err := ValidateText(string(id.Source)+" key", id.Subject, limiter.MaxKeyLen, 0); err != nil {
+		return id, fail(http.StatusBadRequest, detail(err))
 	}
-	if k == "" {
-		k = c.ClientIP()
-	}
-	if k == "" {
-		return "", fail(http.StatusBadRequest, "the client address is unknown; send X-Client-Key")
-	}
-	return k, nil
+	return id, nil
 }
 
-func handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	key, p := clientKey(c)
+// identityRequest is what identity.Resolver reads of c's request.
+func identityRequest(c *gin.Context) identity.Request {
+	r := identity.Request{Header: c.Request.Header, ClientIP: c.ClientIP()}
+	if ap, err := netip.ParseAddrPort(c.Request.RemoteAddr); err == nil {
+		r.Peer = ap.Addr()
+	}
+	return r
+}
+
+func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	id, p := h.clientIdentity(c, s)
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, key)
-	v, err := s.Decider.Route(c.Request.Context(), s.Ping, limiter.Key{Subject: key}, 1, "/ping")
+	c.Set(ctxClient, id.Subject)
+	v, err := s.Decider.Route(c.Request.Context(), s.Ping, limiter.Key{Subject: id.Subject}, 1, "/ping")
 	if err != nil {
 		return answer{}, unavailable(err)
 	}
@@ -116,16 +130,46 @@ func handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(pingBody{Key: key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: limiter.Seconds(d.ResetAfter)}), nil
+	return ok(pingBody{Key: id.Key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: limiter.Seconds(d.ResetAfter)}), nil
+}
+
+// statusSubject is the store key /status?key=K[&source=S] reads: K in the
+// namespace of source S (peer, header, api_key, user); without a source, an
+// address is a peer's (folded as /ping folds it) and anything else a header
+// key.
+func statusSubject(c *gin.Context, key string) (string, *problem) {
+	src, given := c.GetQuery("source")
+	if !given {
+		src = string(identity.Header)
+		if _, err := canon.PeerString(key, canon.DefaultIPv6Prefix); err == nil {
+			src = string(identity.Peer)
+		} else if _, err := netip.ParsePrefix(key); err == nil {
+			src = string(identity.Peer)
+		}
+	}
+	sources, err := identity.ParseSources([]string{src})
+	if err != nil {
+		return "", fail(http.StatusUnprocessableEntity, "query parameter source must be peer, header, api_key or user")
+	}
+	if sources[0] == identity.Peer {
+		if k, err := canon.PeerString(key, canon.DefaultIPv6Prefix); err == nil && !strings.Contains(key, "/") {
+			key = k
+		}
+	}
+	return sources[0].Namespace() + key, nil
 }
 
 func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	key := c.Query("key")
-	if err := ValidateText("key", key, limiter.MaxKeyLen, 0); err != nil {
+	if err := ValidateText("key", key, limiter.MaxKeyLen-8, 0); err != nil {
 		return answer{}, fail(http.StatusUnprocessableEntity, "query parameter "+detail(err))
 	}
-	c.Set(ctxClient, key)
-	d, err := s.Decider.Peek(c.Request.Context(), s.Ping.Policies()[0], limiter.Key{Subject: key})
+	subject, p := statusSubject(c, key)
+	if p != nil {
+		return answer{}, p
+	}
+	c.Set(ctxClient, subject)
+	d, err := s.Decider.Peek(c.Request.Context(), s.Ping.Policies()[0], limiter.Key{Subject: subject})
 	if err != nil {
 		return answer{}, unavailable(err)
 	}
@@ -136,8 +180,8 @@ func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	}), nil
 }
 
-func handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	uid, subject, p := userIDHeader(c)
+func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	uid, subject, p := userIdentity(c, s)
 	if p != nil {
 		return answer{}, p
 	}
@@ -146,8 +190,11 @@ func handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	if p != nil {
 		return answer{}, p
 	}
-	endpoint, p := stringMember(obj, "endpoint", ValidateEndpoint)
+	endpoint, p := stringMember(obj, "endpoint", nil)
 	if p != nil {
+		return answer{}, p
+	}
+	if endpoint, p = h.endpoint(endpoint); p != nil {
 		return answer{}, p
 	}
 	v, err := s.Decider.Route(c.Request.Context(), s.Check, limiter.Key{Subject: subject, Scope: endpoint}, 1, "")
@@ -161,13 +208,15 @@ func handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	return ok(checkBody{Result: "ok", UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: limiter.Seconds(d.ResetAfter)}), nil
 }
 
-// endpointQuery reads the endpoint query parameter: 422 when it is missing
-// or invalid.
-func endpointQuery(c *gin.Context) (string, *problem) {
-	ep, present := c.GetQuery("endpoint")
-	err := ValidateEndpoint(ep)
-	if !present {
-		err = inputError("endpoint", "query parameter is required")
+// endpoint puts an endpoint in its canonical form: 422 for a control
+// character or invalid UTF-8, or when the result is empty or longer than
+// the seed allows.
+func (h *handler) endpoint(ep string) (string, *problem) {
+	ep, err := canon.Endpoint(ep, h.fold)
+	if err == nil {
+		err = ValidateEndpoint(ep)
+	} else {
+		err = inputError("endpoint", "%s", strings.TrimPrefix(err.Error(), "canon: "))
 	}
 	if err != nil {
 		return "", fail(http.StatusUnprocessableEntity, detail(err))
@@ -175,13 +224,23 @@ func endpointQuery(c *gin.Context) (string, *problem) {
 	return ep, nil
 }
 
-func handleRateStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	uid, subject, p := userIDHeader(c)
+// endpointQuery reads the endpoint query parameter, canonical: 422 when it
+// is missing or invalid.
+func (h *handler) endpointQuery(c *gin.Context) (string, *problem) {
+	ep, present := c.GetQuery("endpoint")
+	if !present {
+		return "", fail(http.StatusUnprocessableEntity, detail(inputError("endpoint", "query parameter is required")))
+	}
+	return h.endpoint(ep)
+}
+
+func (h *handler) handleRateStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	uid, subject, p := userIdentity(c, s)
 	if p != nil {
 		return answer{}, p
 	}
 	c.Set(ctxClient, subject)
-	endpoint, p := endpointQuery(c)
+	endpoint, p := h.endpointQuery(c)
 	if p != nil {
 		return answer{}, p
 	}
@@ -200,35 +259,47 @@ func adminDigest(key string) [32]byte { return sha256.Sum256([]byte(key)) }
 
 // admin compares X-Admin-Key with the configured key in constant time, on
 // SHA-256 digests so that the length does not leak either: 403 unless they
-// match. Without a configured key nobody is admin (fail-closed).
-func (h *handler) admin(c *gin.Context) *problem {
+// match. Without a configured key nobody is admin (fail-closed). A client
+// that sent too many wrong keys this minute gets 429 without a comparison;
+// each wrong key is logged.
+func (h *handler) admin(c *gin.Context, s *snapshot.Snapshot) *problem {
 	denied := fail(http.StatusForbidden, "a valid X-Admin-Key is required")
 	if h.adminKey == nil {
 		return denied
 	}
+	ctx, now, client := c.Request.Context(), s.Decider.Now(), adminClient(c)
+	if p := h.guard.blocked(ctx, client, now); p != nil {
+		return p
+	}
 	given, err := singleHeader(c, "X-Admin-Key")
 	if err != nil || given == "" {
-		return denied
+		return denied // no key is no guess
 	}
 	sum := adminDigest(given)
 	if subtle.ConstantTimeCompare(sum[:], h.adminKey[:]) != 1 {
+		h.guard.failed(ctx, client, now)
+		h.log.LogAttrs(ctx, slog.LevelWarn, "admin key refused",
+			slog.String("request_id", c.GetString(ctxRequestID)),
+			slog.String("route", c.FullPath()),
+			slog.String("client", h.hash(s, "peer:"+client)))
 		return denied
 	}
 	return nil
 }
 
 func (h *handler) handleReset(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	if p := h.admin(c); p != nil {
+	if p := h.admin(c, s); p != nil {
 		return answer{}, p
 	}
 	uid, subject, err := ParseUserID(c.Param("userId"))
 	if err != nil {
 		return answer{}, fail(http.StatusNotFound, "no such user: "+detail(err))
 	}
+	subject = identity.User.Namespace() + subject // never another source's key
 	c.Set(ctxClient, subject)
 	var endpoint *string
 	if _, given := c.GetQuery("endpoint"); given {
-		ep, p := endpointQuery(c)
+		ep, p := h.endpointQuery(c)
 		if p != nil {
 			return answer{}, p
 		}
@@ -287,6 +358,9 @@ func handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	plan, found := s.Single(req.policy)
 	if !found {
 		return answer{}, fail(http.StatusNotFound, "unknown policy "+strconv.Quote(req.policy))
+	}
+	if s.Seed(req.policy) {
+		return answer{}, fail(http.StatusForbidden, "policy "+strconv.Quote(req.policy)+" is a seed route's: /v1/check may not charge it (decision_api: true opts a policy in)")
 	}
 	policy := plan.Policies()[0]
 	if req.cost > policy.Limit {

@@ -90,10 +90,10 @@ func TestRoutePolicies(t *testing.T) {
 			assert.Equal(t, `"ping";r=0;t=10`, w.Header().Get("RateLimit"))
 
 			ctx := context.Background()
-			d, err := s.store.Peek(ctx, burst, limiter.Key{Subject: "frank"}, s.clock.Now())
+			d, err := s.store.Peek(ctx, burst, limiter.Key{Subject: "key:frank"}, s.clock.Now())
 			require.NoError(t, err)
 			assert.Equal(t, int64(0), d.Count, "a policy after the refusing one is not charged")
-			d, err = s.store.Peek(ctx, trial, limiter.Key{Subject: "frank"}, s.clock.Now())
+			d, err = s.store.Peek(ctx, trial, limiter.Key{Subject: "key:frank"}, s.clock.Now())
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), d.Count, "the shadow policy records only what it allowed")
 
@@ -124,6 +124,6 @@ func TestAuditGoesWithTheLastEnforcingPolicy(t *testing.T) {
 	for range 4 {
 		s.ping("gina") // allowed, allowed, refused by burst, refused by burst
 	}
-	assert.Equal(t, int64(2), queryInt(t, openDB(t, path), `SELECT COUNT(*) FROM api_calls WHERE key = 'gina'`),
+	assert.Equal(t, int64(2), queryInt(t, openDB(t, path), `SELECT COUNT(*) FROM api_calls WHERE key = 'key:gina'`),
 		"one audit row per allowed call, none for calls a later policy refused")
 }

@@ -145,7 +145,7 @@ func newServer(t testing.TB, store limiter.Store, edit ...func(*options)) *serve
 	var err error
 	s.decisions, err = decide.NewMetrics(s.opts.Registry)
 	require.NoError(t, err)
-	s.refusals, err = decide.NewOffenders(s.opts.OffendersWindow, s.opts.OffendersRawKeys)
+	s.refusals, err = decide.NewOffenders(s.opts.OffendersWindow, s.opts.OffendersRawKeys, nil)
 	require.NoError(t, err)
 	require.NoError(t, s.Reload(s.opts.Policies, s.opts.PingRoute, s.opts.CheckRoute))
 	s.opts.Snapshot = s.current.Load

@@ -14,6 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -37,15 +40,49 @@ type Options struct {
 	// Draining, when not nil and true, makes /readyz answer 503 so that
 	// load balancers stop sending traffic during a graceful shutdown.
 	Draining func() bool
+	// Listener says which routes the engine serves: all of them (the
+	// default), the public ones or the internal ones (see Listener).
+	Listener Listener
+	// PingSources are /ping's key sources, first that applies wins; empty
+	// means header then peer, the seed's X-Client-Key else the address.
+	PingSources []identity.Source
+	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
+	EndpointFold canon.Fold
+	// AdminFailures bounds the failed admin attempts of one client per
+	// minute; over it admin routes answer 429 without comparing the key.
+	// 0 means DefaultAdminFailures.
+	AdminFailures int64
 }
+
+// Listener names the set of routes an engine serves.
+type Listener uint8
+
+const (
+	// AllRoutes serves every route on one listener.
+	AllRoutes Listener = iota
+	// PublicRoutes serves the seed routes and health only: what clients
+	// reach when the decision APIs are on an internal listener.
+	PublicRoutes
+	// InternalRoutes serves /v1/check, POST /json, /metrics, /admin/* and
+	// health: for trusted callers (gateways, operators, Prometheus).
+	InternalRoutes
+)
+
+// DefaultAdminFailures is how many failed admin attempts per minute one
+// client may make before admin routes answer it 429.
+const DefaultAdminFailures = 20
 
 // handler holds what the handlers share. It is immutable after New.
 type handler struct {
-	current  func() *snapshot.Snapshot
-	log      *slog.Logger
-	requests *prometheus.CounterVec // route, code_class
-	adminKey *[32]byte              // SHA-256 of the admin key; nil when unset
-	draining func() bool
+	current     func() *snapshot.Snapshot
+	log         *slog.Logger
+	requests    *prometheus.CounterVec // route, code_class
+	adminKey    *[32]byte              // SHA-256 of the admin key; nil when unset
+	draining    func() bool
+	pingSources []identity.Source
+	fold        canon.Fold
+	guard       *adminGuard
+	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -54,9 +91,22 @@ func New(o Options) (*gin.Engine, error) {
 	if o.Snapshot == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
-	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining}
+	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, fold: o.EndpointFold}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if len(h.pingSources) == 0 {
+		h.pingSources = []identity.Source{identity.Header, identity.Peer}
+	}
+	if o.AdminFailures == 0 {
+		o.AdminFailures = DefaultAdminFailures
+	}
+	var err error
+	if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
+		return nil, err
+	}
+	if h.hasher, err = offenders.NewHasher(""); err != nil {
+		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if o.AdminKey != "" {
 		sum := adminDigest(o.AdminKey)
@@ -67,13 +117,17 @@ func New(o Options) (*gin.Engine, error) {
 		Help: "HTTP requests by route template (unmatched for unknown paths) and status class.",
 	}, []string{"route", "code_class"})
 	if err := o.Registry.Register(h.requests); err != nil {
-		return nil, errors.Join(errors.New("httpapi: register metrics"), err)
+		// A second engine (the internal listener's) counts into the first's.
+		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
+		if !ok {
+			return nil, errors.Join(errors.New("httpapi: register metrics"), err)
+		}
+		h.requests = are.ExistingCollector.(*prometheus.CounterVec)
 	}
 	e := gin.New()
 	e.HandleMethodNotAllowed = true
 	e.RedirectTrailingSlash = false
 	e.RedirectFixedPath = false
-	var err error
 	if len(o.TrustedProxies) == 0 {
 		err = e.SetTrustedProxies(nil)
 	} else {
@@ -92,18 +146,28 @@ func New(o Options) (*gin.Engine, error) {
 		h.writeProblem(c, fail(http.StatusMethodNotAllowed, "method "+c.Request.Method+" is not allowed here; see the Allow header"))
 	})
 
-	e.GET("/ping", h.serve(handlePing))
-	e.GET("/status", h.serve(handleStatus))
-	e.POST("/rate/check", h.serve(handleCheck))
-	e.GET("/rate/status", h.serve(handleRateStatus))
-	e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
-	e.POST("/v1/check", h.serve(handleV1Check))
-	e.GET("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
-	e.GET("/readyz", h.serve(h.handleReady))
-	e.GET("/admin/offenders", h.serve(h.handleOffenders))
-	if o.Snapshot().Envoy != nil {
-		e.POST("/json", h.serve(handleEnvoyJSON))
+	// HEAD is served wherever GET is (RFC 9110 section 9.3.2): net/http
+	// sends the headers and drops the body.
+	get := func(path string, f gin.HandlerFunc) {
+		e.GET(path, f)
+		e.HEAD(path, f)
 	}
-	e.GET("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+	get("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
+	get("/readyz", h.serve(h.handleReady))
+	if o.Listener != InternalRoutes {
+		get("/ping", h.serve(h.handlePing))
+		get("/status", h.serve(handleStatus))
+		e.POST("/rate/check", h.serve(h.handleCheck))
+		get("/rate/status", h.serve(h.handleRateStatus))
+		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
+	}
+	if o.Listener != PublicRoutes {
+		e.POST("/v1/check", h.serve(handleV1Check))
+		get("/admin/offenders", h.serve(h.handleOffenders))
+		if o.Snapshot().Envoy != nil {
+			e.POST("/json", h.serve(handleEnvoyJSON))
+		}
+		get("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
+	}
 	return e, nil
 }

@@ -76,16 +76,21 @@ func TestClientKey(t *testing.T) {
 
 	w = s.do(req{method: http.MethodGet, target: "/ping", remote: "[2001:db8::1]:443"})
 	require.Equal(t, http.StatusOK, w.Code)
-	assert.Equal(t, "2001:db8::1", decode(t, w)["key"])
+	assert.Equal(t, "2001:db8::/64", decode(t, w)["key"], "an IPv6 client is its /64")
+	w = s.do(req{method: http.MethodGet, target: "/ping", remote: "[2001:db8::ffff:2]:443"})
+	assert.Equal(t, 2.0, decode(t, w)["count"], "another address of the /64: the same budget")
+	w = s.do(req{method: http.MethodGet, target: "/ping", remote: "[::ffff:192.0.2.5]:443"})
+	assert.Equal(t, "192.0.2.5", decode(t, w)["key"], "an IPv4-mapped address is the IPv4 client")
+	assert.Equal(t, 2.0, decode(t, w)["count"])
 
 	for name, key := range map[string]string{
-		"too long":      strings.Repeat("k", 1025),
+		"too long":      strings.Repeat("k", 1021),
 		"invalid UTF-8": "a\xffb",
 	} {
 		w := s.do(req{method: http.MethodGet, target: "/ping", header: map[string]string{"X-Client-Key": key}})
 		assertProblem(t, w, http.StatusBadRequest, "bad-request")
 		assert.NotContains(t, w.Body.String(), key, name)
 	}
-	w = s.do(req{method: http.MethodGet, target: "/ping", header: map[string]string{"X-Client-Key": strings.Repeat("k", 1024)}})
-	assert.Equal(t, http.StatusOK, w.Code, "MaxKeyLen bytes is allowed")
+	w = s.do(req{method: http.MethodGet, target: "/ping", header: map[string]string{"X-Client-Key": strings.Repeat("k", 1020)}})
+	assert.Equal(t, http.StatusOK, w.Code, "MaxKeyLen bytes with the namespace is allowed")
 }

@@ -10,7 +10,7 @@ import (
 
 	"github.com/gin-gonic/gin"
 
-	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // Gin context keys.
@@ -73,9 +73,18 @@ func (h *handler) observe(c *gin.Context) {
 		slog.String("request_id", c.GetString(ctxRequestID)),
 	)
 	if k := c.GetString(ctxClient); k != "" {
-		attrs = append(attrs, slog.String("client", decide.HashKey(k)))
+		attrs = append(attrs, slog.String("client", h.hash(h.current(), k)))
 	}
 	h.log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
+}
+
+// hash names a client key in the logs: the offenders report's keyed hash,
+// so that the two agree, or the engine's own when there is no report.
+func (h *handler) hash(s *snapshot.Snapshot, key string) string {
+	if off := s.Decider.Offenders(); off != nil {
+		return off.Hash(key)
+	}
+	return h.hasher.Sum(key)
 }
 
 // recover turns a panic in a handler into a 500 problem that says nothing of

@@ -35,7 +35,7 @@ type (
 // over-estimate (the true count is in [count-error, count]); unlisted_max
 // bounds the refusals of any pair not listed. Admin only, like /rate/reset.
 func (h *handler) handleOffenders(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	if p := h.admin(c); p != nil {
+	if p := h.admin(c, s); p != nil {
 		return answer{}, p
 	}
 	limit := offenders.DefaultCapacity

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 )
 
@@ -70,7 +69,7 @@ func TestOffendersUnderASkewedWorkload(t *testing.T) {
 	for range 8000 {
 		key := "client-" + strconv.FormatUint(z.Uint64(), 10)
 		if w := s.ping(key); w.Code == http.StatusTooManyRequests {
-			refused[httpapi.HashClient(key)]++
+			refused[s.refusals.Hash("key:"+key)]++
 			total++
 		}
 	}
@@ -124,7 +123,8 @@ func TestOffendersRawKeysAndRotation(t *testing.T) {
 	assert.Equal(t, 10.0, a.WindowSeconds)
 	assert.Equal(t, uint64(4), a.Refusals)
 	require.Len(t, a.Offenders, 2)
-	for i, want := range []struct{ policy, key string }{{"check", "42"}, {"ping", "raw-client"}} {
+	// Raw keys are the store's: the source's namespace, then the key.
+	for i, want := range []struct{ policy, key string }{{"check", "user:42"}, {"ping", "key:raw-client"}} {
 		assert.Equal(t, want.policy, a.Offenders[i].Policy)
 		assert.Equal(t, want.key, a.Offenders[i].Key)
 		assert.Equal(t, uint64(2), a.Offenders[i].Count)
@@ -141,6 +141,6 @@ func TestOffendersRawKeysAndRotation(t *testing.T) {
 }
 
 func TestOffendersRefusesABadWindow(t *testing.T) {
-	_, err := decide.NewOffenders(-time.Second, false)
+	_, err := decide.NewOffenders(-time.Second, false, nil)
 	require.ErrorIs(t, err, offenders.ErrWindow)
 }

@@ -2,14 +2,13 @@ package httpapi_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 func TestMetricsAfterKnownTraffic(t *testing.T) {
@@ -48,7 +47,10 @@ func TestMetricsAfterKnownTraffic(t *testing.T) {
 func TestStoreErrorsAnswer503AndAreCounted(t *testing.T) {
 	for _, sk := range stores {
 		t.Run(sk.name, func(t *testing.T) {
-			s := newServer(t, sk.open(t), func(o *options) { o.StoreName = sk.name })
+			s := newServer(t, sk.open(t), func(o *options) {
+				o.StoreName = sk.name
+				o.Policies = append(o.Policies, apiPolicy)
+			})
 			require.Equal(t, http.StatusOK, s.do(req{method: http.MethodGet, target: "/readyz"}).Code)
 			require.NoError(t, s.store.Close())
 
@@ -58,7 +60,7 @@ func TestStoreErrorsAnswer503AndAreCounted(t *testing.T) {
 				{method: http.MethodPost, target: "/rate/check", body: `{"endpoint":"/a"}`, header: map[string]string{"X-User-Id": "1"}},
 				{method: http.MethodGet, target: "/rate/status?endpoint=/a", header: map[string]string{"X-User-Id": "1"}},
 				{method: http.MethodDelete, target: "/rate/reset/1", header: map[string]string{"X-Admin-Key": adminKey}},
-				{method: http.MethodPost, target: "/v1/check", body: `{"policy":"ping","key":"a"}`},
+				{method: http.MethodPost, target: "/v1/check", body: `{"policy":"api","key":"a"}`},
 				{method: http.MethodGet, target: "/readyz"},
 			} {
 				w := s.do(r)
@@ -92,7 +94,7 @@ func TestUnknownRoutesAndMethods(t *testing.T) {
 	}
 	w := s.do(req{method: http.MethodPost, target: "/ping"})
 	assertProblem(t, w, http.StatusMethodNotAllowed, "method-not-allowed")
-	assert.Equal(t, "GET", w.Header().Get("Allow"))
+	assert.Equal(t, "GET, HEAD", w.Header().Get("Allow"))
 	w = s.do(req{method: http.MethodGet, target: "/rate/check"})
 	assertProblem(t, w, http.StatusMethodNotAllowed, "method-not-allowed")
 	assert.Equal(t, "POST", w.Header().Get("Allow"))
@@ -136,16 +138,17 @@ func TestAccessLog(t *testing.T) {
 	s.do(req{method: http.MethodDelete, target: "/rate/reset/77", header: map[string]string{"X-Admin-Key": "wrong-admin-guess"}})
 
 	lines := strings.Split(strings.TrimSpace(s.logs.String()), "\n")
-	require.Len(t, lines, 4, "one line per request")
+	require.Len(t, lines, 5, "one line per request, and one for the wrong admin key")
+	assert.Contains(t, lines[3], "admin key refused")
 	for _, want := range []string{"route=/ping", "route=/rate/check", "route=/rate/reset/:userId", "status=403"} {
 		assert.Contains(t, s.logs.String(), want)
 	}
-	for _, l := range lines {
+	for _, l := range slices.Delete(slices.Clone(lines), 3, 4) {
 		for _, attr := range []string{"method=", "route=", "status=", "latency=", "request_id="} {
 			assert.Contains(t, l, attr)
 		}
 	}
-	assert.Contains(t, lines[0], "client="+httpapi.HashClient("client-secret-key"))
+	assert.Contains(t, lines[0], "client="+s.refusals.Hash("key:client-secret-key"))
 	for _, secret := range []string{"client-secret-key", adminKey, "wrong-admin-guess", "X-Admin-Key"} {
 		assert.NotContains(t, s.logs.String(), secret)
 	}

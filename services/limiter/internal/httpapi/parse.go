@@ -11,6 +11,10 @@ import (
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // Bounds of client input.
@@ -106,14 +110,19 @@ func singleHeader(c *gin.Context, name string) (string, error) {
 	return "", inputError(name, "is given %d times", len(vs))
 }
 
-// userIDHeader reads X-User-Id: 400 when it is missing or invalid.
-func userIDHeader(c *gin.Context) (int64, string, *problem) {
+// userIdentity reads X-User-Id and returns the id and its store key (in
+// the user: namespace): 400 when it is missing, invalid, or sent by a client
+// whose identity headers are not believed.
+func userIdentity(c *gin.Context, s *snapshot.Snapshot) (int64, string, *problem) {
+	if !s.Identity.HeadersBelieved(identityRequest(c)) {
+		return 0, "", fail(http.StatusBadRequest, "X-User-Id is believed only from a trusted proxy; this client is not one")
+	}
 	raw, err := singleHeader(c, "X-User-Id")
 	if err == nil {
 		var id int64
 		var canon string
 		if id, canon, err = ParseUserID(raw); err == nil {
-			return id, canon, nil
+			return id, identity.User.Namespace() + canon, nil
 		}
 	}
 	return 0, "", fail(http.StatusBadRequest, "X-User-Id must be one positive decimal integer: "+detail(err))
@@ -143,15 +152,19 @@ func readObject(c *gin.Context) (map[string]json.RawMessage, *problem) {
 	if p != nil {
 		return nil, p
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(body, &obj); err != nil || obj == nil {
+	obj, err := canon.Object(body)
+	if errors.Is(err, canon.ErrDuplicate) {
+		return nil, fail(http.StatusBadRequest, "a member of the body is named twice: "+strings.TrimPrefix(err.Error(), "canon: duplicate member ")+
+			" (parsers disagree on which value wins, so Tollgate takes none)")
+	}
+	if err != nil {
 		return nil, fail(http.StatusBadRequest, "the body is not a JSON object")
 	}
 	return obj, nil
 }
 
 // stringMember returns obj[name] as a validated string: 422 when it is
-// missing, not a string or fails check.
+// missing, not a string or fails check (nil checks nothing).
 func stringMember(obj map[string]json.RawMessage, name string, check func(string) error) (string, *problem) {
 	raw, ok := obj[name]
 	if !ok {
@@ -162,6 +175,9 @@ func stringMember(obj map[string]json.RawMessage, name string, check func(string
 	var s string
 	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil {
 		return "", fail(http.StatusUnprocessableEntity, name+" must be a UTF-8 string")
+	}
+	if check == nil {
+		return s, nil
 	}
 	if err := check(s); err != nil {
 		return "", fail(http.StatusUnprocessableEntity, detail(err))

@@ -65,9 +65,11 @@ func TestReloadAddsAndRemovesPolicies(t *testing.T) {
 	assertProblem(t, s.v1For("api", "k"), http.StatusNotFound, "not-found")
 
 	api := limiter.Policy{Name: "api", Algorithm: limiter.TokenBucket, Limit: 2, Window: time.Second}
-	require.NoError(t, r.Reload([]limiter.Policy{pingPolicy, checkPolicy, api}, []string{"ping", "api"}, []string{"check"}))
+	require.NoError(t, r.Reload([]limiter.Policy{pingPolicy, checkPolicy, api}, []string{"ping"}, []string{"check"}))
 	assert.Equal(t, http.StatusOK, s.v1For("api", "k").Code)
+	require.NoError(t, r.Reload([]limiter.Policy{pingPolicy, checkPolicy, api}, []string{"ping", "api"}, []string{"check"}))
 	assert.Equal(t, `"ping";q=3;w=60, "api";q=2;w=1`, s.ping("both").Header().Get("RateLimit-Policy"), "the route lists its new policy")
+	assertProblem(t, s.v1For("api", "k"), http.StatusForbidden, "forbidden")
 
 	require.NoError(t, r.Reload([]limiter.Policy{pingPolicy, checkPolicy}, []string{"ping"}, []string{"check"}))
 	assertProblem(t, s.v1For("api", "k"), http.StatusNotFound, "not-found")

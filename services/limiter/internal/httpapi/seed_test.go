@@ -80,7 +80,7 @@ func TestPingWritesOneAuditRowPerAllowedCall(t *testing.T) {
 		s.ping("carol")
 	}
 	db := openDB(t, path)
-	assert.Equal(t, int64(3), queryInt(t, db, `SELECT COUNT(*) FROM api_calls WHERE key = ? AND endpoint = '/ping'`, "carol"))
+	assert.Equal(t, int64(3), queryInt(t, db, `SELECT COUNT(*) FROM api_calls WHERE key = ? AND endpoint = '/ping'`, "key:carol"), "the audit row names the key in its source's namespace")
 }
 
 func TestStatusDoesNotIncrement(t *testing.T) {

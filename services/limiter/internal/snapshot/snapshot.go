@@ -13,6 +13,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
 // Parts are what New builds a Snapshot from.
@@ -36,6 +37,13 @@ type Parts struct {
 	// snapshot so that counts go on across reloads.
 	Metrics   *decide.Metrics
 	Offenders *decide.Offenders
+	// Identity resolves whose budget a request spends (its API keys are
+	// re-read on reload); nil resolves with the defaults: identity headers
+	// believed from any client, no API key.
+	Identity *identity.Resolver
+	// DecisionAPI names the seed routes' policies that /v1/check may charge
+	// anyway; the others are refused there (see Seed).
+	DecisionAPI []string
 }
 
 // Snapshot is one configuration in force. It is immutable.
@@ -49,8 +57,11 @@ type Snapshot struct {
 	Ping, Check *decide.Plan
 	// Envoy are the Envoy rules; nil when the service offers no Envoy API.
 	Envoy *envoy.Rules
+	// Identity resolves whose budget a request spends. Never nil.
+	Identity *identity.Resolver
 
 	policies []limiter.Policy
+	seed     map[string]bool         // seed routes' policies closed to /v1/check
 	single   map[string]*decide.Plan // /v1/check: one plan per policy
 }
 
@@ -102,14 +113,27 @@ func New(p Parts) (*Snapshot, error) {
 		Ping:     ping,
 		Check:    check,
 		Envoy:    p.Envoy,
+		Identity: p.Identity,
 		policies: slices.Clone(p.Policies),
 		single:   make(map[string]*decide.Plan, len(byName)),
+		seed:     map[string]bool{},
+	}
+	if s.Identity == nil {
+		s.Identity = &identity.Resolver{}
+	}
+	for _, n := range slices.Concat(p.PingRoute, p.CheckRoute) {
+		s.seed[n] = !slices.Contains(p.DecisionAPI, n)
 	}
 	for name, q := range byName {
 		s.single[name] = p.Metrics.NewPlan([]limiter.Policy{q})
 	}
 	return s, nil
 }
+
+// Seed reports whether the policy named name belongs to a seed route and
+// has not opted in to /v1/check (decision_api): charging it there would let
+// a caller spend any client's /ping or /rate/check budget.
+func (s *Snapshot) Seed(name string) bool { return s.seed[name] }
 
 // Single returns the plan of /v1/check for the policy named name.
 func (s *Snapshot) Single(name string) (*decide.Plan, bool) {

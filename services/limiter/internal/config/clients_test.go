@@ -1,0 +1,49 @@
+package config
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// A one-character admin key used to be accepted; wrong guesses were then
+// answered thousands of times a second.
+func TestShortAdminKeyRefusesToStart(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{AdminKeyEnv: "x"}))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Equal(t, "config: LIMITER_ADMIN_KEY: must be at least 16 characters (it has 1); unset it to turn the admin routes off", err.Error())
+	_, err = Load(nil, env(map[string]string{AdminKeyEnv: "0123456789abcdef"}))
+	require.NoError(t, err)
+	_, err = Load(nil, env(map[string]string{HashSecretEnv: "short"}))
+	require.ErrorIs(t, err, ErrInvalid)
+	c, err := Load(nil, env(map[string]string{HashSecretEnv: "a-deployment-secret"}))
+	require.NoError(t, err)
+	assert.Equal(t, "a-deployment-secret", c.HashSecret)
+}
+
+func TestDecisionAPIOptIn(t *testing.T) {
+	c, err := Load([]string{"--config", writeYAML(t, "policies:\n  ping: {decision_api: true}\n  check: {decision_api: false}\n")}, env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]bool{"ping": true, "check": false}, c.DecisionAPI)
+	_, err = Load([]string{"--config", writeYAML(t, "policies:\n  ping: {decision_api: maybe}\n")}, env(nil))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.Contains(t, err.Error(), "policies.ping.decision_api")
+}
+
+func TestIdentitySettings(t *testing.T) {
+	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nendpoint_fold: [all]\n")}, env(nil))
+	require.NoError(t, err)
+	assert.Len(t, c.PingKey, 3)
+	for _, bad := range [][]string{
+		{"--internal-addr", "127.0.0.1:8080"},
+		{"--identity-headers", "everyone"},
+		{"--ping-key", "cookie"},
+		{"--endpoint-fold", "cases"},
+		{"--ipv6-prefix", "0"},
+		{"--api-keys-file", "/nonexistent/keys"},
+	} {
+		_, err := Load(bad, env(nil))
+		assert.ErrorIs(t, err, ErrInvalid, "%v", bad)
+	}
+}
