@@ -15,6 +15,10 @@ var (
 		"Keys the memory store holds, across every policy; bounded by --memory-max-keys.", nil, nil)
 	memoryEvictionsDesc = prometheus.NewDesc("tollgate_memory_evictions_total",
 		"Keys the memory store evicted because their shard was full.", nil, nil)
+	memoryRefusedEvictionsDesc = prometheus.NewDesc("tollgate_memory_refused_evictions_total",
+		"Exhausted keys the memory store evicted anyway (every sampled key was exhausted): their holders got a fresh budget.", nil, nil)
+	memoryRefusedNewDesc = prometheus.NewDesc("tollgate_memory_refused_new_keys_total",
+		"New keys a full memory store refused (--memory-refuse-when-full).", nil, nil)
 	sqliteFileDesc = prometheus.NewDesc("tollgate_sqlite_file_bytes",
 		"Size of the SQLite database file plus its write-ahead log, in bytes.", nil, nil)
 	sqliteBatchesDesc = prometheus.NewDesc("tollgate_sqlite_writer_batches_total",
@@ -31,11 +35,15 @@ type memoryCollector struct{ s *memstore.Store }
 func (c memoryCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- memoryKeysDesc
 	ch <- memoryEvictionsDesc
+	ch <- memoryRefusedEvictionsDesc
+	ch <- memoryRefusedNewDesc
 }
 
 func (c memoryCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(memoryKeysDesc, prometheus.GaugeValue, float64(c.s.Len()))
 	ch <- prometheus.MustNewConstMetric(memoryEvictionsDesc, prometheus.CounterValue, float64(c.s.Evictions()))
+	ch <- prometheus.MustNewConstMetric(memoryRefusedEvictionsDesc, prometheus.CounterValue, float64(c.s.RefusedEvictions()))
+	ch <- prometheus.MustNewConstMetric(memoryRefusedNewDesc, prometheus.CounterValue, float64(c.s.RefusedNew()))
 }
 
 // sqliteCollector reads a SQLite store's file size and writer counters at

@@ -1,0 +1,168 @@
+package app
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+func send(t testing.TB, h http.Handler, method, target, body string, header map[string]string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	for k, v := range header {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// With --internal-addr the public listener serves the seed routes and
+// health only; the decision APIs, /metrics and /admin/* are on the
+// internal one.
+func TestInternalListenerTakesTheDecisionAPIs(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--internal-addr=127.0.0.1:0"), limitertest.NewClock(t0))
+	pub, internal := a.Handler(), a.InternalHandler()
+	require.NotNil(t, internal)
+	v1 := `{"policy":"api","key":"k"}`
+	for _, tc := range []struct {
+		h            http.Handler
+		method, path string
+		want         int
+	}{
+		{pub, http.MethodGet, "/ping", 200},
+		{pub, http.MethodGet, "/healthz", 200},
+		{pub, http.MethodPost, "/v1/check", 404},
+		{pub, http.MethodGet, "/metrics", 404},
+		{pub, http.MethodGet, "/admin/offenders", 404},
+		{internal, http.MethodPost, "/v1/check", 200},
+		{internal, http.MethodGet, "/metrics", 200},
+		{internal, http.MethodGet, "/admin/offenders", 403},
+		{internal, http.MethodGet, "/healthz", 200},
+		{internal, http.MethodGet, "/ping", 404},
+	} {
+		assert.Equal(t, tc.want, send(t, tc.h, tc.method, tc.path, v1, nil).Code, "%s %s", tc.method, tc.path)
+	}
+	b := newApp(t, load(t, "--store=memory"), limitertest.NewClock(t0))
+	assert.Nil(t, b.InternalHandler())
+	assert.Equal(t, 200, send(t, b.Handler(), http.MethodPost, "/v1/check", v1, nil).Code, "without --internal-addr: one listener")
+}
+
+// With --identity-headers trusted-proxies a rotated X-Client-Key from an
+// untrusted peer spends the peer's budget; from the proxy it is believed.
+func TestRotatedClientKeysFromUntrustedPeers(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--identity-headers=trusted-proxies", "--trusted-proxies=10.0.0.0/8"), limitertest.NewClock(t0))
+	codes := []int{}
+	for i := range 5 {
+		r := httptest.NewRequest(http.MethodGet, "/ping", nil)
+		r.RemoteAddr = "192.0.2.1:1000"
+		r.Header.Set("X-Client-Key", "rotated-"+strconv.Itoa(i))
+		w := httptest.NewRecorder()
+		a.Handler().ServeHTTP(w, r)
+		codes = append(codes, w.Code)
+	}
+	assert.Equal(t, []int{200, 200, 200, 429, 429}, codes, "one budget for the peer")
+	r := httptest.NewRequest(http.MethodGet, "/ping", nil)
+	r.RemoteAddr = "10.1.1.1:1000"
+	r.Header.Set("X-Client-Key", "tenant-a")
+	w := httptest.NewRecorder()
+	a.Handler().ServeHTTP(w, r)
+	require.Equal(t, 200, w.Code)
+	assert.Contains(t, w.Body.String(), `"key":"tenant-a"`)
+
+	r = httptest.NewRequest(http.MethodPost, "/rate/check", strings.NewReader(`{"endpoint":"/a"}`))
+	r.RemoteAddr = "192.0.2.1:1000"
+	r.Header.Set("X-User-Id", "42")
+	w = httptest.NewRecorder()
+	a.Handler().ServeHTTP(w, r)
+	assert.Equal(t, 400, w.Code, "an untrusted peer cannot assert a user id")
+}
+
+// api_key: a known key has its own budget, an unknown one is 401, and the
+// digest file is read again on reload.
+func TestAPIKeysAndTheirReload(t *testing.T) {
+	digest := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte(digest("key-one")+"\n"), 0o600))
+	args := []string{"--store=memory", "--ping-key=api_key,peer", "--api-keys-file=" + keys}
+	cfg := load(t, args...)
+	a, err := New(context.Background(), cfg, WithClock(limitertest.NewClock(t0)), WithReload(func() (config.Config, error) {
+		return config.Load(args, func(string) string { return "" })
+	}, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { a.Close() })
+	withKey := func(k string) *httptest.ResponseRecorder {
+		return send(t, a.Handler(), http.MethodGet, "/ping", "", map[string]string{"X-Api-Key": k})
+	}
+	w := withKey("key-one")
+	require.Equal(t, 200, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), `"key":"`+digest("key-one")[:16]+`"`, "the key's short name, never the key")
+	assert.NotContains(t, w.Body.String(), "key-one")
+	assert.Equal(t, 401, withKey("key-two").Code)
+	assert.Equal(t, 200, send(t, a.Handler(), http.MethodGet, "/ping", "", nil).Code, "no key: the peer's budget")
+
+	require.NoError(t, os.WriteFile(keys, []byte(digest("key-one")+"\n"+digest("key-two")+"\n"), 0o600))
+	require.NoError(t, a.Reload(context.Background()))
+	assert.Equal(t, 200, withKey("key-two").Code, "a key added to the file is accepted after a reload")
+}
+
+// A catch-all trusted-proxy range is accepted but warned about.
+func TestCatchAllTrustedProxyIsWarned(t *testing.T) {
+	var logs bytes.Buffer
+	cfg := load(t, "--store=memory", "--trusted-proxies=0.0.0.0/0,::/0,10.0.0.0/8")
+	_, err := New(context.Background(), cfg, WithClock(limitertest.NewClock(t0)), WithLogger(NewLogger(cfg, &logs)))
+	require.NoError(t, err)
+	assert.Equal(t, 2, strings.Count(logs.String(), "a trusted proxy range covers every address"), logs.String())
+}
+
+// A memory store full of exhausted keys evicts one anyway, counted and
+// warned about; with --memory-refuse-when-full it refuses the new key.
+func TestMemoryStoreFullOfExhaustedKeys(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		var logs bytes.Buffer
+		args := []string{"--store=memory", "--memory-max-keys=64"}
+		if refuse {
+			args = append(args, "--memory-refuse-when-full")
+		}
+		cfg := load(t, args...)
+		a, err := New(context.Background(), cfg, WithClock(limitertest.NewClock(t0)), WithLogger(NewLogger(cfg, &logs)))
+		require.NoError(t, err)
+		t.Cleanup(func() { a.Close() })
+		for i := range 64 {
+			for range 4 { // the fourth is refused: every key exhausted
+				ping(t, a.Handler(), "k"+strconv.Itoa(i))
+			}
+		}
+		// One key a shard (64 shards): new keys landing on a full shard meet
+		// exhausted keys only.
+		codes := map[int]int{}
+		for i := range 64 {
+			code, _ := ping(t, a.Handler(), "newcomer-"+strconv.Itoa(i))
+			codes[code]++
+		}
+		m := scrape(t, a.Handler())
+		if refuse {
+			assert.Positive(t, codes[http.StatusTooManyRequests], "new keys refused")
+			assert.Positive(t, m["tollgate_memory_refused_new_keys_total"])
+			assert.Equal(t, 0.0, m["tollgate_memory_evictions_total"], "nothing live evicted")
+			continue
+		}
+		assert.Equal(t, 64, codes[http.StatusOK], "every new key admitted")
+		assert.Positive(t, m["tollgate_memory_refused_evictions_total"])
+		assert.Contains(t, logs.String(), "the memory store evicted exhausted keys")
+	}
+}
