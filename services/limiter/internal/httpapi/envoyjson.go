@@ -41,9 +41,11 @@ func handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 		}
 		return answer{}, internalError()
 	}
-	data, err := protojson.Marshal(resp)
-	if err != nil {
-		return answer{}, internalError()
+	data, ok := appendEnvoyResponse(make([]byte, 0, 512), resp)
+	if !ok {
+		if data, err = protojson.Marshal(resp); err != nil {
+			return answer{}, internalError()
+		}
 	}
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		c.Header(hv.GetKey(), hv.GetValue())
