@@ -1,9 +1,11 @@
 package canon
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 )
 
 // ErrDuplicate is returned by Object for a member named twice. Parsers
@@ -265,4 +267,35 @@ func (p *scanner) literal(word string) bool {
 	}
 	p.i += len(word)
 	return true
+}
+
+// String reads a member's value as a string the way json.Unmarshal reads it
+// into a string, except that a value holding invalid UTF-8 (which
+// json.Unmarshal would silently turn into U+FFFD) is refused, as is a value
+// that is not a JSON string. A string without escapes is its bytes, read
+// without encoding/json.
+func String(raw json.RawMessage) (string, bool) {
+	if !utf8.Valid(raw) {
+		return "", false
+	}
+	if n := len(raw); n >= 2 && raw[0] == '"' && raw[n-1] == '"' && bytes.IndexByte(raw[1:n-1], '\\') < 0 &&
+		bytes.IndexByte(raw[1:n-1], '"') < 0 && !hasControl(raw[1:n-1]) {
+		return string(raw[1 : n-1]), true
+	}
+	var s string
+	if json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+// hasControl says whether b holds a byte below 0x20, which a JSON string
+// may not hold unescaped.
+func hasControl(b []byte) bool {
+	for _, c := range b {
+		if c < 0x20 {
+			return true
+		}
+	}
+	return false
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -110,6 +111,56 @@ func BenchmarkObject(b *testing.B) {
 			for b.Loop() {
 				if _, err := impl.f(body); err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// referenceString is what the handlers did before canon.String.
+func referenceString(raw []byte) (string, bool) {
+	var s string
+	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil {
+		return "", false
+	}
+	return s, true
+}
+
+var stringCases = []string{`"abc"`, `""`, `"a\"b"`, `"caf\u00e9"`, `"café"`, "\"\xff\"", `"\ud800"`, "\"a\tb\"", `"a"b"`, `1`, `null`,
+	`"abc" `, ` "abc"`, `"`, `"a\`, `"\\"`, `"</script>"`, `["a"]`}
+
+func TestStringAgreesWithUnmarshal(t *testing.T) {
+	for _, in := range stringCases {
+		want, wantOK := referenceString([]byte(in))
+		got, ok := canon.String([]byte(in))
+		assert.Equal(t, wantOK, ok, "%q", in)
+		assert.Equal(t, want, got, "%q", in)
+	}
+}
+
+func FuzzString(f *testing.F) {
+	for _, in := range stringCases {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		want, wantOK := referenceString(b)
+		got, ok := canon.String(b)
+		require.Equal(t, wantOK, ok, "%q", b)
+		require.Equal(t, want, got, "%q", b)
+	})
+}
+
+func BenchmarkString(b *testing.B) {
+	raw := []byte(`"bench0a1b2c3d-memory-r0-12345"`)
+	for _, impl := range []struct {
+		name string
+		f    func([]byte) (string, bool)
+	}{{"canon", func(r []byte) (string, bool) { return canon.String(r) }}, {"unmarshal", referenceString}} {
+		b.Run(impl.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := impl.f(raw); !ok {
+					b.Fatal("refused")
 				}
 			}
 		})

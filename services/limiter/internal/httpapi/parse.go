@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -138,7 +139,7 @@ func readBody(c *gin.Context) ([]byte, *problem) {
 		}
 		return nil, fail(http.StatusBadRequest, "the body could not be read")
 	}
-	if len(strings.TrimSpace(string(body))) == 0 {
+	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, fail(http.StatusBadRequest, "the body is empty; send a JSON object")
 	}
 	return body, nil
@@ -170,10 +171,8 @@ func stringMember(obj map[string]json.RawMessage, name string, check func(string
 	if !ok {
 		return "", fail(http.StatusUnprocessableEntity, name+" is required")
 	}
-	// Raw bytes must be valid UTF-8: json.Unmarshal would silently replace
-	// invalid bytes with U+FFFD.
-	var s string
-	if !utf8.Valid(raw) || json.Unmarshal(raw, &s) != nil {
+	s, ok := canon.String(raw)
+	if !ok {
 		return "", fail(http.StatusUnprocessableEntity, name+" must be a UTF-8 string")
 	}
 	if check == nil {
