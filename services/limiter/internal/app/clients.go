@@ -96,6 +96,9 @@ func memoryOptions(cfg config.Config, log *slog.Logger) []memstore.Option {
 	if cfg.MemoryRefuseWhenFull {
 		opts = append(opts, memstore.WithRefuseWhenFull())
 	}
+	for name, n := range cfg.MemoryPolicyMaxKeys {
+		opts = append(opts, memstore.WithPolicyMaxKeys(name, n))
+	}
 	return opts
 }
 

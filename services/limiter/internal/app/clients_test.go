@@ -120,6 +120,25 @@ func TestAPIKeysAndTheirReload(t *testing.T) {
 	assert.Equal(t, 200, withKey("key-two").Code, "a key added to the file is accepted after a reload")
 }
 
+// A policy with its own memory bound keeps its keys through another
+// policy's flood: unauthenticated /ping keys cannot push /rate/check state
+// out.
+func TestPolicyMemoryBoundKeepsCheckState(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "limiter.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("policies:\n  check: {memory_max_keys: 100}\n"), 0o600))
+	a := newApp(t, load(t, "--store=memory", "--memory-max-keys=64", "--config="+file), limitertest.NewClock(t0))
+	check := func() *httptest.ResponseRecorder {
+		return send(t, a.Handler(), http.MethodPost, "/rate/check", `{"endpoint":"/orders"}`, map[string]string{"X-User-Id": "42"})
+	}
+	require.Equal(t, 200, check().Code)
+	for i := range 2000 {
+		ping(t, a.Handler(), "flood-"+strconv.Itoa(i))
+	}
+	w := check()
+	require.Equal(t, 200, w.Code)
+	assert.Contains(t, w.Body.String(), `"count":2`, "user 42's state survived 2,000 /ping keys")
+}
+
 // A catch-all trusted-proxy range is accepted but warned about.
 func TestCatchAllTrustedProxyIsWarned(t *testing.T) {
 	var logs bytes.Buffer

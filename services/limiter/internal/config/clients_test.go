@@ -31,6 +31,14 @@ func TestDecisionAPIOptIn(t *testing.T) {
 	assert.Contains(t, err.Error(), "policies.ping.decision_api")
 }
 
+func TestPolicyMemoryBound(t *testing.T) {
+	c, err := Load([]string{"--config", writeYAML(t, "policies:\n  check: {memory_max_keys: 500}\n")}, env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"check": 500}, c.MemoryPolicyMaxKeys)
+	_, err = Load([]string{"--config", writeYAML(t, "policies:\n  check: {memory_max_keys: 0}\n")}, env(nil))
+	require.ErrorIs(t, err, ErrInvalid)
+}
+
 func TestIdentitySettings(t *testing.T) {
 	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nendpoint_fold: [all]\n")}, env(nil))
 	require.NoError(t, err)

@@ -125,6 +125,10 @@ type Config struct {
 	// DecisionAPI names the seed routes' policies that /v1/check may
 	// charge anyway (decision_api: true).
 	DecisionAPI map[string]bool
+	// MemoryPolicyMaxKeys gives policies a memory-store bound of their own
+	// (memory_max_keys), apart from --memory-max-keys: another policy's
+	// flood of keys cannot push their state out.
+	MemoryPolicyMaxKeys map[string]int
 	// Policies by name.
 	Policies map[string]limiter.Policy
 	// RoutePolicies maps each of Routes to the names of its policies, in

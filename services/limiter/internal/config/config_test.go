@@ -240,7 +240,7 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 		{name: "unknown top-level key", yaml: "addr: 127.0.0.1:1\nlisten: 1\n",
 			want: `config: listen: unknown key (line 2)`},
 		{name: "unknown policy key", yaml: "policies:\n  ping: {limit: 3, burst: 9}\n",
-			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api)`},
+			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys)`},
 		{name: "repeated key", yaml: "store: memory\nstore: sqlite\n",
 			want: `config: store: key given twice (line 2)`},
 		{name: "unknown policy in routes", yaml: "routes:\n  ping: [ping, nope]\n",

@@ -333,7 +333,7 @@ Environment only:
       empty: a random secret per process
 
 YAML file (every key optional; unknown keys are an error):
-  policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api}; window is whole seconds
+  policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys}; window is whole seconds
     ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
     check: { algorithm: sliding_log,  limit: 10, window: 60s }
   routes:     # seed route -> its policies, evaluated in order

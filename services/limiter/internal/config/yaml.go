@@ -138,6 +138,8 @@ func (c *Config) yamlPolicies(m *yaml.Node) error {
 				err = c.setStoreErrorMode(name, text)
 			case "decision_api":
 				err = c.setDecisionAPI(name, text)
+			case "memory_max_keys":
+				err = c.setMemoryMaxKeys(name, text)
 			default:
 				err = setPolicyField(&p, field, text)
 			}
@@ -184,7 +186,7 @@ func setPolicyField(p *limiter.Policy, field, text string) error {
 		}
 		p.Shadow = b
 	default:
-		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api)")
+		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys)")
 	}
 	return nil
 }
@@ -200,6 +202,19 @@ func (c *Config) setDecisionAPI(name, text string) error {
 		c.DecisionAPI = map[string]bool{}
 	}
 	c.DecisionAPI[name] = b
+	return nil
+}
+
+// setMemoryMaxKeys gives policy name a memory-store bound of its own.
+func (c *Config) setMemoryMaxKeys(name, text string) error {
+	n, err := strconv.Atoi(text)
+	if err != nil || n < 1 || n > 1<<31 {
+		return fmt.Errorf("%q is not an integer in 1..%d", text, 1<<31)
+	}
+	if c.MemoryPolicyMaxKeys == nil {
+		c.MemoryPolicyMaxKeys = map[string]int{}
+	}
+	c.MemoryPolicyMaxKeys[name] = n
 	return nil
 }
 
