@@ -31,9 +31,10 @@ test: build ## run every module's tests with the race detector
 	done
 
 .PHONY: lint
-lint: ## gofmt and go vet on every module
+lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on every module
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) tool staticcheck ./...); done
 	@set -e; for m in $(TOOLS); do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 .PHONY: atk

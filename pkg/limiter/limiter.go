@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -23,6 +24,15 @@ const (
 // Algorithms lists every algorithm in a stable order, the unsafe
 // demonstration last.
 var Algorithms = []Algorithm{FixedWindow, SlidingLog, SlidingWindow, TokenBucket, SlidingLogUnsafe}
+
+// algorithmNames is Algorithms as the text of an error message.
+var algorithmNames = func() string {
+	names := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		names[i] = string(a)
+	}
+	return strings.Join(names, ", ")
+}()
 
 // ParseAlgorithm returns the algorithm named s, or an error wrapping
 // [ErrUnknownAlgorithm].
@@ -99,7 +109,7 @@ func (p Policy) Validate() error {
 		return bad("name", "longer than 128 bytes")
 	}
 	if !p.Algorithm.known() {
-		return bad("algorithm", "unknown algorithm %q (want one of fixed_window, sliding_log, sliding_window, token_bucket)", p.Algorithm)
+		return bad("algorithm", "unknown algorithm %q (want one of %s)", p.Algorithm, algorithmNames)
 	}
 	if p.Limit <= 0 || p.Limit > MaxLimit {
 		return bad("limit", "%d is outside 1..%d", p.Limit, int64(MaxLimit))

@@ -11,14 +11,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/gin-gonic/gin"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/app"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
@@ -26,7 +24,6 @@ import (
 
 func main() {
 	gin.SetMode(gin.ReleaseMode)
-	redis.SetLogger(redisLog{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
 	stop()
@@ -52,16 +49,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	defer signal.Stop(hup)
 	reload := app.WithReload(func() (config.Config, error) { return config.Load(args, getenv) }, hup)
 	return app.Run(ctx, cfg, app.WithLogger(app.NewLogger(cfg, stderr)), offset, reload)
-}
-
-// redisLog sends go-redis's own log lines (one per failed dial during an
-// outage) to slog at debug level instead of raw lines on stderr: the store
-// logs one line when it degrades and one when it recovers, and stderr stays
-// one line on a failed start.
-type redisLog struct{}
-
-func (redisLog) Printf(ctx context.Context, format string, v ...any) {
-	slog.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 // exitCode prints err as one line on stderr and returns the exit status:

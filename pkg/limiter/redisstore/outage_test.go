@@ -182,7 +182,7 @@ func TestReadOnlyDropsConnections(t *testing.T) {
 
 	host, port, err := net.SplitHostPort(other.Addr())
 	require.NoError(t, err)
-	require.NoError(t, rdb.SlaveOf(t.Context(), host, port).Err())
+	require.NoError(t, rdb.ReplicaOf(t.Context(), host, port).Err())
 	require.Eventually(t, func() bool { // a bounded wait for the sync, not for a rate window
 		info, err := rdb.Info(t.Context(), "replication").Result()
 		return err == nil && strings.Contains(info, "master_link_status:up")
@@ -194,7 +194,7 @@ func TestReadOnlyDropsConnections(t *testing.T) {
 	stats := s.client.PoolStats()
 	assert.Equal(t, uint32(0), stats.TotalConns, "connections kept to the demoted node")
 
-	require.NoError(t, rdb.SlaveOf(t.Context(), "NO", "ONE").Err())
+	require.NoError(t, rdb.ReplicaOf(t.Context(), "NO", "ONE").Err())
 	d := allow(t, s, p, k, 1, base)
 	assert.True(t, d.Allowed)
 	assert.Equal(t, int64(1), d.Count, "the replica took the other server's (empty) data")

@@ -21,6 +21,7 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
@@ -257,6 +258,7 @@ func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.St
 		}
 		return s, nil
 	case config.StoreRedis:
+		quietRedisOnce.Do(func() { redis.SetLogger(redisLog{}) })
 		opts := []redisstore.Option{
 			redisstore.WithTimeout(cfg.RedisTimeout),
 			redisstore.WithBreaker(redisstore.DefaultFailures, cfg.RedisBreakerCooldown),
@@ -277,6 +279,20 @@ func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.St
 		return s, nil
 	}
 	return nil, &config.Error{Field: "store", Reason: fmt.Sprintf("%q is not one of sqlite, memory, redis", cfg.Store)}
+}
+
+// quietRedisOnce installs redisLog once per process: go-redis's logger is
+// global.
+var quietRedisOnce sync.Once
+
+// redisLog sends go-redis's own log lines (one per failed dial during an
+// outage) to slog at debug level instead of raw lines on stderr: the store
+// logs one line when it degrades and one when it recovers, and stderr stays
+// one line on a failed start.
+type redisLog struct{}
+
+func (redisLog) Printf(ctx context.Context, format string, v ...any) {
+	slog.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 // probe peeks every one of policies once, so that a store that cannot run a

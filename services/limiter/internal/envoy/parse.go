@@ -44,7 +44,7 @@ func LoadDir(dir string) (*Rules, error) {
 
 // errReason is an error's text without the path the os package repeats.
 func errReason(err error) string {
-	if pe, ok := errors.AsType[*os.PathError](err); ok {
+	if pe := (*os.PathError)(nil); errors.As(err, &pe) {
 		return pe.Err.Error()
 	}
 	return err.Error()
@@ -393,7 +393,7 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 		return l, nil // refuses everything; never reaches the store
 	}
 	if err := l.Policy.Validate(); err != nil {
-		if pe, ok := errors.AsType[*limiter.PolicyError](err); ok {
+		if pe := (*limiter.PolicyError)(nil); errors.As(err, &pe) {
 			field := map[string]string{"algorithm": "algorithm", "limit": "requests_per_unit", "window": "unit"}[pe.Field]
 			return nil, p.fail(path+"."+field, m, "%s", pe.Reason)
 		}

@@ -109,7 +109,7 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 		{"requests not a number", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: many}\n",
 			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: must be an integer (line 4)`},
 		{"unknown algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: leaky}\n",
-			`envoy: f.yaml: descriptors[0].rate_limit.algorithm: unknown algorithm "leaky" (want one of fixed_window, sliding_log, sliding_window, token_bucket) (line 4)`},
+			`envoy: f.yaml: descriptors[0].rate_limit.algorithm: unknown algorithm "leaky" (want one of fixed_window, sliding_log, sliding_window, token_bucket, sliding_log_unsafe) (line 4)`},
 		{"unsafe algorithm", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1, algorithm: sliding_log_unsafe}\n",
 			`envoy: f.yaml: descriptors[0].rate_limit.algorithm: sliding_log_unsafe over-admits on purpose and never protects anything (line 4)`},
 		{"unlimited with unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unlimited: true, unit: second}\n",

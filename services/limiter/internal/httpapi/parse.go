@@ -44,7 +44,7 @@ func inputError(what, format string, args ...any) error {
 
 // detail returns the client-facing text of err.
 func detail(err error) string {
-	if ie, ok := errors.AsType[*InputError](err); ok {
+	if ie := (*InputError)(nil); errors.As(err, &ie) {
 		return ie.Detail()
 	}
 	return err.Error()
@@ -134,7 +134,7 @@ func userIdentity(c *gin.Context, s *snapshot.Snapshot) (int64, string, *problem
 func readBody(c *gin.Context) ([]byte, *problem) {
 	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
 	if err != nil {
-		if _, tooBig := errors.AsType[*http.MaxBytesError](err); tooBig {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
 			return nil, fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
 		}
 		return nil, fail(http.StatusBadRequest, "the body could not be read")
