@@ -25,9 +25,17 @@ func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 		if cfg.GRPCAddr == "" {
 			return nil, nil
 		}
-		return envoy.NewRules(), nil
+		return envoy.NewRules(envoyOptions(cfg)), nil
 	}
-	return envoy.LoadDir(cfg.EnvoyConfig)
+	return envoy.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg))
+}
+
+// envoyOptions are cfg's settings of the Envoy API.
+func envoyOptions(cfg config.Config) envoy.Options {
+	return envoy.Options{
+		MergeDomains:    cfg.EnvoyMergeDomainConfig,
+		DynamicMetadata: cfg.EnvoyResponseDynamicMetadata,
+	}
 }
 
 // envoyClash refuses a configuration with a policy named like one that

@@ -193,7 +193,7 @@ func TestBadEnvoyConfigFailsTheStart(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "b.yaml"), []byte("domain: shop\n"), 0o600))
 	_, err := New(context.Background(), load(t, "--store=memory", "--envoy-config", dir))
 	require.ErrorIs(t, err, config.ErrInvalid)
-	assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yaml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+" (line 1)", err.Error())
+	assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yaml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+"; --envoy-merge-domain-config merges the files of one domain (line 1)", err.Error())
 
 	clash := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(clash, "c.yaml"), []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: second, requests_per_unit: 1}\n"), 0o600))

@@ -96,7 +96,7 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	// The Envoy folder the service started with is read again too.
 	rules := a.current.Load().Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
-		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig); err != nil {
+		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
 			return cfg, err
 		}
 	}

@@ -62,6 +62,13 @@ type Config struct {
 	RedisURL    string
 	GRPCAddr    string // gRPC listen address for Envoy's rate-limit API; empty: none
 	EnvoyConfig string // folder of envoyproxy/ratelimit YAML files; empty: none
+	// EnvoyMergeDomainConfig merges the files of one domain in EnvoyConfig
+	// (envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG).
+	EnvoyMergeDomainConfig bool
+	// EnvoyResponseDynamicMetadata returns the request and the matched
+	// descriptors' metadata in dynamic_metadata (envoyproxy/ratelimit's
+	// RESPONSE_DYNAMIC_METADATA).
+	EnvoyResponseDynamicMetadata bool
 	// RedisPoolSize is the number of connections to Redis per instance; 0
 	// keeps go-redis's default (10 per GOMAXPROCS).
 	RedisPoolSize int

@@ -113,6 +113,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer",
 		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
+		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -144,6 +145,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, canon.FoldCase|canon.FoldSlashes, c.EndpointFold)
 		assert.Equal(t, []int{500, 50}, []int{c.MaxConns, c.MaxConnsPerClient})
 		assert.True(t, c.MemoryRefuseWhenFull)
+		assert.True(t, c.EnvoyMergeDomainConfig)
+		assert.True(t, c.EnvoyResponseDynamicMetadata)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 

@@ -95,6 +95,8 @@ var settings = []setting{
 		c.EnvoyConfig = v
 		return nil
 	}},
+	{"envoy-merge-domain-config", "false", "merge the descriptors of every --envoy-config file of one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG; a descriptor defined in two files is still an error. Off: a domain in two files is an error", boolSetter(func(c *Config) *bool { return &c.EnvoyMergeDomainConfig })},
+	{"envoy-response-dynamic-metadata", "false", "Envoy answers carry dynamic_metadata (the domain, the descriptors and the metadata of the matched descriptors that passed), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA", boolSetter(func(c *Config) *bool { return &c.EnvoyResponseDynamicMetadata })},
 	{"trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-For is believed; empty: none, the peer address is the client", func(c *Config, v string) error {
 		var list []string
 		for p := range strings.SplitSeq(v, ",") {

@@ -51,7 +51,7 @@ type server struct {
 // fixtures loads testdata/rules.
 func fixtures(t testing.TB) *Rules {
 	t.Helper()
-	r, err := LoadDir(filepath.Join("testdata", "rules"))
+	r, err := LoadDir(filepath.Join("testdata", "rules"), Options{})
 	require.NoError(t, err)
 	return r
 }

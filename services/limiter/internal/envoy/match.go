@@ -13,10 +13,10 @@ import (
 
 // Match finds the limit of one request descriptor in domain, as
 // envoyproxy/ratelimit does: the descriptor's entries walk the tree one level
-// each, and at each level the most specific descriptor of the entry's key
-// wins: an exact value, else the matching wildcard with the most literal
-// text (file order between equals), else the key without value. The walk
-// does not backtrack. The limit applies only when the last entry lands on a
+// each, and at each level the descriptor of the entry's key is the one with
+// the exact value, else the first matching wildcard in file order (not the
+// longest: `/api/*` written before `/api/admin/*` takes /api/admin/x), else
+// the key without value. The walk does not backtrack. The limit applies only when the last entry lands on a
 // descriptor with a rate_limit; otherwise (unknown domain, no match, a
 // deeper or shallower tree) Match returns nil.
 //
@@ -68,7 +68,9 @@ func boundedSubject(s string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// find returns the descriptor of this key that matches value best, or nil.
+// find returns the descriptor of this key that matches value: the exact
+// one, else the first matching wildcard in file order, else the key
+// without value; nil when none.
 func (b *branch) find(value string) *node {
 	if n := b.exact[value]; n != nil {
 		return n

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
@@ -18,12 +19,12 @@ import (
 // LoadDir reads every *.yaml and *.yml file directly in dir (not in
 // subfolders; dot files skipped), in name order. Any problem is a
 // *ConfigError naming the file and the field.
-func LoadDir(dir string) (*Rules, error) {
+func LoadDir(dir string, o Options) (*Rules, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, &ConfigError{File: dir, Reason: "cannot read the folder: " + errReason(err)}
 	}
-	r := NewRules()
+	r := NewRules(o)
 	for _, e := range entries {
 		name := e.Name()
 		ext := filepath.Ext(name)
@@ -66,9 +67,10 @@ func readFile(path string) ([]byte, error) {
 	return data, nil
 }
 
-// Add loads one file's domain. A domain already loaded from another file, an
-// unknown key, a bad unit or limit, or anything malformed is a *ConfigError;
-// on error r is unchanged.
+// Add loads one file's domain. A domain already loaded from another file
+// (unless the rules merge domains), a descriptor already defined, an unknown
+// key, a bad unit or limit, or anything malformed is a *ConfigError; on
+// error r is unchanged.
 func (r *Rules) Add(file string, data []byte) error {
 	p := parser{file: file, rules: r, names: map[string]string{}}
 	domain, lv, err := p.parse(data)
@@ -81,7 +83,9 @@ func (r *Rules) Add(file string, data []byte) error {
 		}
 	}
 	r.domains[domain] = lv
-	r.files[domain] = file
+	if r.files[domain] == "" {
+		r.files[domain] = file
+	}
 	for name, origin := range p.names {
 		r.names[name] = file + ": " + origin
 	}
@@ -126,14 +130,18 @@ func (p *parser) parse(data []byte) (string, level, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	switch {
+	lv := level{}
+	switch first := p.rules.files[p.domain]; {
 	case p.domain == "":
 		return "", nil, p.fail("domain", root, "is required and must not be empty")
-	case p.rules.files[p.domain] != "":
-		return "", nil, p.fail("domain", root, "%q is already defined in %s", p.domain, p.rules.files[p.domain])
+	case first != "" && !p.rules.opts.MergeDomains:
+		return "", nil, p.fail("domain", root, "%q is already defined in %s; --envoy-merge-domain-config merges the files of one domain", p.domain, first)
+	case first != "":
+		// Merged: this file's descriptors join the domain's top level, on a
+		// copy so that the loaded rules stay as they are until Add succeeds.
+		lv = p.rules.domains[p.domain].clone()
 	}
-	lv := level{}
-	if descriptors != nil {
+	if !isNull(descriptors) {
 		if err := p.list(descriptors, "descriptors", []string{p.domain}, lv, 1); err != nil {
 			return "", nil, err
 		}
@@ -144,6 +152,23 @@ func (p *parser) parse(data []byte) (string, level, error) {
 // fields calls the handler of every key of mapping m, refusing unknown and
 // repeated keys.
 func (p *parser) fields(m *yaml.Node, path string, handlers map[string]func(path string, v *yaml.Node) error) error {
+	return p.keys(m, path, func(fpath string, k, v *yaml.Node) error {
+		h, ok := handlers[k.Value]
+		if !ok {
+			known := make([]string, 0, len(handlers))
+			for name := range handlers {
+				known = append(known, name)
+			}
+			sort.Strings(known)
+			return p.fail(fpath, k, "unknown key (want one of %s)", strings.Join(known, ", "))
+		}
+		return h(fpath, v)
+	})
+}
+
+// keys calls fn with every key of mapping m and its value, in file order,
+// refusing keys that are not plain strings and repeated keys.
+func (p *parser) keys(m *yaml.Node, path string, fn func(fpath string, k, v *yaml.Node) error) error {
 	if m.Kind != yaml.MappingNode {
 		return p.fail(path, m, "must be a mapping")
 	}
@@ -161,16 +186,7 @@ func (p *parser) fields(m *yaml.Node, path string, handlers map[string]func(path
 			return p.fail(fpath, k, "key given twice")
 		}
 		seen[k.Value] = true
-		h, ok := handlers[k.Value]
-		if !ok {
-			known := make([]string, 0, len(handlers))
-			for name := range handlers {
-				known = append(known, name)
-			}
-			sort.Strings(known)
-			return p.fail(fpath, k, "unknown key (want one of %s)", strings.Join(known, ", "))
-		}
-		if err := h(fpath, v); err != nil {
+		if err := fn(fpath, k, v); err != nil {
 			return err
 		}
 	}
@@ -219,9 +235,6 @@ func (p *parser) list(seq *yaml.Node, path string, names []string, lv level, dep
 			return err
 		}
 	}
-	for _, b := range lv {
-		sort.SliceStable(b.wildcards, func(i, j int) bool { return b.wildcards[i].fixed > b.wildcards[j].fixed })
-	}
 	return nil
 }
 
@@ -236,7 +249,8 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		nested     *yaml.Node
 		nestedPath string
 	)
-	n := &node{origin: path}
+	n := &node{file: p.file, origin: path}
+	var metadata *structpb.Struct
 	err := p.fields(m, path, map[string]func(string, *yaml.Node) error{
 		"key": func(fp string, v *yaml.Node) error { return p.str(fp, v, &key) },
 		"value": func(fp string, v *yaml.Node) error {
@@ -250,7 +264,10 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		"detailed_metric": p.ignored,
 		"value_to_metric": p.ignored,
 		"quota_mode":      p.unsupported("quota mode needs quota-aware counting"),
-		"metadata":        p.unsupported("descriptor metadata is not returned"),
+		"metadata": func(fp string, v *yaml.Node) (err error) {
+			metadata, err = p.metadata(fp, v)
+			return err
+		},
 	})
 	if err != nil {
 		return err
@@ -280,33 +297,35 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 	switch {
 	case value == "":
 		if b.any != nil {
-			return p.fail(path, m, "key %q without value is already defined at %s", key, b.any.origin)
+			return p.fail(path, m, "key %q without value is already defined at %s", key, b.any.where(p.file))
 		}
 		b.any = n
 	case wildcard:
 		for _, w := range b.wildcards {
 			if w.value == value {
-				return p.fail(path, m, "key %q with value %q is already defined at %s", key, value, w.origin)
+				return p.fail(path, m, "key %q with value %q is already defined at %s", key, value, w.where(p.file))
 			}
 		}
 		n.parts = strings.Split(value, "*")
-		n.fixed = len(value) - strings.Count(value, "*")
-		b.wildcards = append(b.wildcards, n)
+		b.wildcards = append(b.wildcards, n) // file order: the first match wins
 	default:
 		if old := b.exact[value]; old != nil {
-			return p.fail(path, m, "key %q with value %q is already defined at %s", key, value, old.origin)
+			return p.fail(path, m, "key %q with value %q is already defined at %s", key, value, old.where(p.file))
 		}
 		b.exact[value] = n
 	}
 
-	if rl != nil {
+	if !isNull(rl) {
 		if n.limit, err = p.rateLimit(rl, rlPath, names, shadow); err != nil {
 			return err
 		}
+		// Only the metadata of a descriptor that carries the limit is ever
+		// returned, as envoyproxy/ratelimit does.
+		n.limit.Metadata = metadata
 	} else if shadow {
 		return p.fail(path+".shadow_mode", m, "needs a rate_limit on the same descriptor")
 	}
-	if nested != nil {
+	if !isNull(nested) {
 		n.next = level{}
 		return p.list(nested, nestedPath, names, n.next, depth+1)
 	}
@@ -337,6 +356,9 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 		"unlimited": func(fp string, v *yaml.Node) error { return p.boolean(fp, v, &l.Unlimited) },
 		"name":      func(fp string, v *yaml.Node) error { return p.str(fp, v, &l.Name) },
 		"replaces": func(fp string, v *yaml.Node) error {
+			if isNull(v) {
+				return nil
+			}
 			if v.Kind != yaml.SequenceNode {
 				return p.fail(fp, v, "must be a list of {name: ...}")
 			}
@@ -401,4 +423,90 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	}
 	p.policies = append(p.policies, l.Policy)
 	return l, nil
+}
+
+// isNull reports whether a key's value is absent: not given, or given with
+// no value ("descriptors:" alone), which envoyproxy/ratelimit reads as an
+// empty list or no block.
+func isNull(v *yaml.Node) bool {
+	return v == nil || (v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null")
+}
+
+// maxMetadataValues bounds the values of one descriptor's metadata, aliases
+// followed: a few anchors must not expand into millions of values.
+const maxMetadataValues = 10_000
+
+// metadata reads a descriptor's metadata: any mapping with string keys,
+// returned as it is in the answer's dynamic_metadata when
+// --envoy-response-dynamic-metadata is on.
+func (p *parser) metadata(path string, v *yaml.Node) (*structpb.Struct, error) {
+	if isNull(v) {
+		return nil, nil
+	}
+	if v.Kind == yaml.AliasNode {
+		v = v.Alias
+	}
+	if v.Kind != yaml.MappingNode {
+		return nil, p.fail(path, v, "must be a mapping")
+	}
+	budget := maxMetadataValues
+	val, err := p.metadataValue(path, v, &budget)
+	if err != nil {
+		return nil, err
+	}
+	if len(val.GetStructValue().GetFields()) == 0 {
+		return nil, nil
+	}
+	return val.GetStructValue(), nil
+}
+
+// metadataValue converts one YAML value to a protobuf Value: numbers for
+// integers and floats, booleans, null, and the text as written for every
+// other scalar (dates included).
+func (p *parser) metadataValue(path string, v *yaml.Node, budget *int) (*structpb.Value, error) {
+	if *budget--; *budget < 0 {
+		return nil, p.fail(path, v, "metadata holds more than %d values", maxMetadataValues)
+	}
+	switch v.Kind {
+	case yaml.AliasNode:
+		return p.metadataValue(path, v.Alias, budget)
+	case yaml.MappingNode:
+		fields := map[string]*structpb.Value{}
+		err := p.keys(v, path, func(fp string, k, fv *yaml.Node) error {
+			val, err := p.metadataValue(fp, fv, budget)
+			fields[k.Value] = val
+			return err
+		})
+		if err != nil {
+			return nil, err
+		}
+		return structpb.NewStructValue(&structpb.Struct{Fields: fields}), nil
+	case yaml.SequenceNode:
+		list := &structpb.ListValue{Values: make([]*structpb.Value, len(v.Content))}
+		for i, item := range v.Content {
+			val, err := p.metadataValue(fmt.Sprintf("%s[%d]", path, i), item, budget)
+			if err != nil {
+				return nil, err
+			}
+			list.Values[i] = val
+		}
+		return structpb.NewListValue(list), nil
+	}
+	switch v.ShortTag() {
+	case "!!null":
+		return structpb.NewNullValue(), nil
+	case "!!bool":
+		var b bool
+		if err := p.boolean(path, v, &b); err != nil {
+			return nil, err
+		}
+		return structpb.NewBoolValue(b), nil
+	case "!!int", "!!float":
+		var f float64
+		if err := p.scalar(path, v, &f, "a number"); err != nil {
+			return nil, err
+		}
+		return structpb.NewNumberValue(f), nil
+	}
+	return structpb.NewStringValue(v.Value), nil
 }

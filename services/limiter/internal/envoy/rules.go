@@ -14,12 +14,14 @@ package envoy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
@@ -84,6 +86,8 @@ type Limit struct {
 	RequestsPerUnit uint32
 	// Unlimited limits are never counted and always answer OK.
 	Unlimited bool
+	// Metadata is the descriptor's metadata, nil when none.
+	Metadata *structpb.Struct
 }
 
 // blocked reports whether the limit refuses everything (requests_per_unit 0).
@@ -100,32 +104,74 @@ type node struct {
 	share  bool     // share_threshold: every matching value is one counter
 	limit  *Limit   // nil for a placeholder
 	next   level    // nested descriptors; nil when none
-	fixed  int      // bytes of literal text in a wildcard: its specificity
+	file   string   // the file that defined it
 	origin string   // the field path, for duplicate errors
+}
+
+// where names the descriptor for an error about file: its field path, with
+// its file when that is another one (domains merged from several files).
+func (n *node) where(file string) string {
+	if n.file == file {
+		return n.origin
+	}
+	return n.file + ": " + n.origin
 }
 
 // branch holds the descriptors of one key at one level.
 type branch struct {
 	exact     map[string]*node
-	wildcards []*node // most specific (most literal text) first, then file order
+	wildcards []*node // in file order
 	any       *node
 }
 
 // level is one list of descriptors, by key.
 type level map[string]*branch
 
+// clone returns a copy of lv that descriptors can be added to without
+// changing lv; the descriptors themselves are shared.
+func (lv level) clone() level {
+	c := make(level, len(lv))
+	for key, b := range lv {
+		c[key] = &branch{exact: maps.Clone(b.exact), wildcards: slices.Clone(b.wildcards), any: b.any}
+	}
+	return c
+}
+
+// Options are the settings of the Envoy API that come with its rules: how
+// files are read and how answers are made. Each is named after the
+// envoyproxy/ratelimit setting it reproduces, all off by default as there.
+type Options struct {
+	// MergeDomains merges the descriptors of several files of one domain
+	// (MERGE_DOMAIN_CONFIG); a descriptor defined in two of them is still
+	// an error. Off, a domain in two files is an error.
+	MergeDomains bool
+	// ResponseHeaders adds the draft-10 RateLimit-Policy and RateLimit
+	// fields, and Retry-After when over the limit, to the answers'
+	// response_headers_to_add (LIMIT_RESPONSE_HEADERS_ENABLED, with the
+	// IETF fields instead of the peer's RateLimit-Limit/-Remaining/-Reset).
+	ResponseHeaders bool
+	// DynamicMetadata fills the answers' dynamic_metadata (see
+	// dynamicMetadata; RESPONSE_DYNAMIC_METADATA).
+	DynamicMetadata bool
+	// StopIncrementWhenOverLimit counts none of a request's descriptors
+	// but the ones over their limit when any is
+	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see Decide).
+	StopIncrementWhenOverLimit bool
+}
+
 // Rules are the loaded domains. They are immutable once loaded and safe for
 // concurrent use.
 type Rules struct {
 	domains  map[string]level
-	files    map[string]string // domain -> file that defined it
+	files    map[string]string // domain -> first file that defined it
 	policies []limiter.Policy  // every stored limit's policy, sorted by name
 	names    map[string]string // policy name -> field path that made it
+	opts     Options
 }
 
 // NewRules returns empty rules; add files with Add.
-func NewRules() *Rules {
-	return &Rules{domains: map[string]level{}, files: map[string]string{}, names: map[string]string{}}
+func NewRules(o Options) *Rules {
+	return &Rules{domains: map[string]level{}, files: map[string]string{}, names: map[string]string{}, opts: o}
 }
 
 // Policies returns the policy of every limit the store decides, sorted by

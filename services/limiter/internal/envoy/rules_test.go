@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,7 +33,7 @@ func TestFixturesBecomePolicies(t *testing.T) {
 		byName["platform.tenant.plan_free"])
 	assert.NotContains(t, byName, "edge.customer_banned", "a blocking limit never reaches the store")
 	assert.NotContains(t, byName, "platform.internal", "nor does an unlimited one")
-	assert.Len(t, byName, 12)
+	assert.Len(t, byName, 14)
 }
 
 func TestUnitsMapToWholeSecondWindows(t *testing.T) {
@@ -48,7 +49,7 @@ func TestUnitsMapToWholeSecondWindows(t *testing.T) {
 		"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 86400 * time.Second},
 		"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 86400 * time.Second},
 	} {
-		r := NewRules()
+		r := NewRules(Options{})
 		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+name+", requests_per_unit: 7}\n")))
 		l, key := r.Match("d", entries("k", "v").GetEntries())
 		require.NotNil(t, l, name)
@@ -61,7 +62,7 @@ func TestUnitsMapToWholeSecondWindows(t *testing.T) {
 // TestKeysAreTheEntries checks that a key names every entry and that values
 // that could be confused after joining stay apart.
 func TestKeysAreTheEntries(t *testing.T) {
-	r := NewRules()
+	r := NewRules(Options{})
 	require.NoError(t, r.Add("k.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n")))
 	_, k1 := r.Match("d", entries("a", "x&b=y", "b", "z").GetEntries())
 	_, k2 := r.Match("d", entries("a", "x", "b", "y&b=z").GetEntries())
@@ -128,12 +129,18 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 			`envoy: f.yaml: descriptors[0].rate_limit.replaces: must not name this rate limit itself ("n") (line 4)`},
 		{"token bucket too fine", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 2000000000, algorithm: token_bucket}\n",
 			`envoy: f.yaml: descriptors[0].rate_limit.requests_per_unit: token_bucket needs at least 1ns between tokens; 2000000000 per 1s is too many (line 4)`},
+		{"metadata not a mapping", "domain: d\ndescriptors:\n  - key: a\n    metadata: [x]\n",
+			`envoy: f.yaml: descriptors[0].metadata: must be a mapping (line 4)`},
+		{"metadata key not a string", "domain: d\ndescriptors:\n  - key: a\n    metadata: {x: {[1]: 2}}\n",
+			`envoy: f.yaml: descriptors[0].metadata.x: keys must be plain strings (line 4)`},
+		{"metadata alias bomb", "domain: d\ndescriptors:\n  - key: a\n    metadata:\n" + aliasBomb(),
+			`envoy: f.yaml: descriptors[0].metadata.l3[7][0][7][1]: metadata holds more than 10000 values (line 5)`},
 		{"too deep", "domain: d\ndescriptors:\n" + nested(MaxDepth+1),
 			`envoy: f.yaml: descriptors` + strings.Repeat("[0].descriptors", MaxDepth) + `: descriptors are nested deeper than 16 levels (line 35)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := NewRules()
+			r := NewRules(Options{})
 			err := r.Add("f.yaml", []byte(tt.yaml))
 			require.Error(t, err)
 			assert.Equal(t, tt.want, err.Error())
@@ -142,6 +149,16 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 			assert.Empty(t, r.Domains(), "a failed file adds nothing")
 		})
 	}
+}
+
+// aliasBomb returns metadata lines whose aliases expand to 10^5 values.
+func aliasBomb() string {
+	var b strings.Builder
+	b.WriteString("      l0: &l0 [x, x, x, x, x, x, x, x, x, x]\n")
+	for i := 1; i <= 4; i++ {
+		fmt.Fprintf(&b, "      l%d: &l%d [*l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d, *l%d]\n", i, i, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1, i-1)
+	}
+	return b.String()
 }
 
 // nested returns depth levels of descriptors, each holding the next.
@@ -165,9 +182,26 @@ func TestLoadDir(t *testing.T) {
 		dir := t.TempDir()
 		write(dir, "a.yaml", "domain: shop\n")
 		write(dir, "b.yml", "domain: shop\n")
-		_, err := LoadDir(dir)
+		_, err := LoadDir(dir, Options{})
 		require.ErrorIs(t, err, config.ErrInvalid)
-		assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+" (line 1)", err.Error())
+		assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+"; --envoy-merge-domain-config merges the files of one domain (line 1)", err.Error())
+	})
+	t.Run("merged domain", func(t *testing.T) {
+		dir := t.TempDir()
+		write(dir, "a.yaml", "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: second, requests_per_unit: 1}\n")
+		write(dir, "b.yaml", "domain: shop\ndescriptors:\n  - key: path\n    rate_limit: {unit: second, requests_per_unit: 2}\n")
+		r, err := LoadDir(dir, Options{MergeDomains: true})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"shop"}, r.Domains())
+		assert.Equal(t, []string{"shop.path", "shop.user"}, policyNames(r))
+
+		// A file that fails leaves the rules as they were.
+		err = r.Add("c.yaml", []byte("domain: shop\ndescriptors:\n  - key: item\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: path\n"))
+		require.ErrorIs(t, err, config.ErrInvalid)
+		assert.Contains(t, err.Error(), `c.yaml: descriptors[1]: key "path" without value is already defined at `+filepath.Join(dir, "b.yaml")+": descriptors[0]")
+		l, _ := r.Match("shop", entries("item", "x").GetEntries())
+		assert.Nil(t, l, "the failed file's first descriptor was not added")
+		assert.Equal(t, []string{"shop.path", "shop.user"}, policyNames(r))
 	})
 	t.Run("other files are skipped", func(t *testing.T) {
 		dir := t.TempDir()
@@ -175,23 +209,31 @@ func TestLoadDir(t *testing.T) {
 		write(dir, ".hidden.yaml", "not: [valid\n")
 		write(dir, "notes.txt", "not: [valid\n")
 		require.NoError(t, os.Mkdir(filepath.Join(dir, "sub.yaml"), 0o700))
-		r, err := LoadDir(dir)
+		r, err := LoadDir(dir, Options{})
 		require.NoError(t, err)
 		assert.Equal(t, []string{"one"}, r.Domains())
 	})
 	t.Run("missing folder", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "nope")
-		_, err := LoadDir(dir)
+		_, err := LoadDir(dir, Options{})
 		require.ErrorIs(t, err, config.ErrInvalid)
 		assert.Equal(t, "envoy: "+dir+": cannot read the folder: no such file or directory", err.Error())
 	})
 	t.Run("file too large", func(t *testing.T) {
 		dir := t.TempDir()
 		write(dir, "big.yaml", "domain: big\n#"+strings.Repeat("x", MaxFileBytes))
-		_, err := LoadDir(dir)
+		_, err := LoadDir(dir, Options{})
 		require.ErrorIs(t, err, config.ErrInvalid)
 		assert.Contains(t, err.Error(), "big.yaml: larger than 4194304 bytes")
 	})
+}
+
+func policyNames(r *Rules) []string {
+	var names []string
+	for _, p := range r.Policies() {
+		names = append(names, p.Name)
+	}
+	return names
 }
 
 // FuzzRulesAdd feeds arbitrary files to the loader: it never panics, and what
@@ -204,8 +246,9 @@ func FuzzRulesAdd(f *testing.F) {
 	}
 	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    value: '*x*'\n    rate_limit: {unit: day, requests_per_unit: 0}\n"), "a", "xx")
 	f.Add([]byte("domain: &a d\ndescriptors: *a\n"), "a", "")
+	f.Add([]byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n    metadata: {m: &m [1, {x: y}], n: *m}\n    rate_limit: {unit: day, requests_per_unit: 3}\n"), "a", "b")
 	f.Fuzz(func(t *testing.T, data []byte, key, value string) {
-		r := NewRules()
+		r := NewRules(Options{})
 		err := r.Add("fuzz.yaml", data)
 		if err != nil {
 			var ce *ConfigError

@@ -94,7 +94,11 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 	if err != nil {
 		return nil, status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
 	}
-	return answer(limits, index, v), nil
+	resp := answer(limits, index, v)
+	if rules.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, limits, index, v)
+	}
+	return resp, nil
 }
 
 // Bounds of one request: every descriptor is one store decision, so a

@@ -72,22 +72,28 @@ func TestNestedDescriptorsAndSeveralPerRequest(t *testing.T) {
 	})
 }
 
-func TestMostSpecificMatchWins(t *testing.T) {
+// TestExactThenFirstWildcardThenKey checks envoyproxy/ratelimit's matching
+// order (issue #16, point 7): between two matching wildcards the first in
+// file order wins, the shorter (t* before trial-*) as the longer
+// (/api/admin/* before /api/*).
+func TestExactThenFirstWildcardThenKey(t *testing.T) {
 	eachStore(t, func(t *testing.T, s *server) {
 		tests := []struct {
-			value string
-			want  uint32
+			key, value string
+			want       uint32
 		}{
-			{"alice", 3},   // key without value
-			{"vip", 5},     // exact value
-			{"vipx", 3},    // not the exact value
-			{"trial-7", 1}, // the longer wildcard
-			{"team", 2},    // the shorter wildcard
-			{"t", 2},       // '*' matches the empty string
-			{"trial", 2},   // "trial" lacks the '-'
+			{"customer", "alice", 3},    // key without value
+			{"customer", "vip", 5},      // exact value
+			{"customer", "vipx", 3},     // not the exact value
+			{"customer", "trial-7", 2},  // t*, written first, though trial-* is longer
+			{"customer", "team", 2},     // t*
+			{"customer", "t", 2},        // '*' matches the empty string
+			{"path", "/api/admin/x", 7}, // /api/admin/*, written first
+			{"path", "/api/users", 8},   // only /api/* matches
+			{"path", "/api/admin", 8},   // /api/admin/* needs the slash
 		}
 		for _, tt := range tests {
-			resp := s.ask(t, "edge", 0, entries("customer", tt.value))
+			resp := s.ask(t, "edge", 0, entries(tt.key, tt.value))
 			assert.Equal(t, tt.want, resp.GetStatuses()[0].GetCurrentLimit().GetRequestsPerUnit(), tt.value)
 		}
 		vip := s.ask(t, "edge", 0, entries("customer", "vip"))
