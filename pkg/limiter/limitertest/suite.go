@@ -46,9 +46,12 @@ var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 type newStoreFunc = func(t testing.TB) limiter.Store
 
 // Run runs the conformance suite. newStore must return a fresh, empty store
-// each call (the suite closes it). Stores that cannot run an algorithm return
-// an error wrapping limiter.ErrUnsupported from Allow; the suite then skips
-// that algorithm's cases for that store with a message.
+// each call (the suite closes it). A store that cannot run an algorithm
+// declares it (limiter.Capabilities.Unsupported, through limiter.Describer)
+// and returns an error wrapping limiter.ErrUnsupported from Allow; the suite
+// then skips that algorithm's cases for that store with a message. A store
+// that refuses an algorithm it has not declared fails, as does one that
+// declares a gap and runs the algorithm anyway.
 //
 // Subtests do not run in parallel with each other; each opens its own store.
 // The whole suite makes about 30,000 decisions (about 15,000 under the race
@@ -82,7 +85,8 @@ func forEach(t *testing.T, newStore newStoreFunc, algs []limiter.Algorithm, f fu
 var exact = []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket}
 
 // open returns a fresh store, closed when t ends, after checking that it
-// runs alg; it skips t when the store answers ErrUnsupported.
+// runs alg; it skips t when the store declares that it does not (and
+// refuses it with ErrUnsupported).
 func open(t *testing.T, newStore newStoreFunc, alg limiter.Algorithm) limiter.Store {
 	t.Helper()
 	s := newStore(t)
@@ -91,13 +95,31 @@ func open(t *testing.T, newStore newStoreFunc, alg limiter.Algorithm) limiter.St
 	probe := policy("limitertest-probe", alg, 1, time.Minute)
 	k := limiter.Key{Subject: "probe"}
 	_, err := s.Allow(context.Background(), probe, limiter.Request{Key: k, Cost: 1, Now: base})
-	if errors.Is(err, limiter.ErrUnsupported) {
-		t.Skipf("store does not run %s: %v", alg, err)
+	skip, err := supported(limiter.CapabilitiesOf(s), alg, err)
+	if skip {
+		t.Skipf("store declares it does not run %s", alg)
 	}
 	require.NoError(t, err, "probe of %s", alg)
 	_, err = s.Reset(context.Background(), probe, k)
 	require.NoError(t, err, "reset of the probe key")
 	return s
+}
+
+// supported checks the store's answer err to a first attempt under alg
+// against what it declares in caps: skip when alg is a declared gap that the
+// store refuses with ErrUnsupported; otherwise an error when the store
+// refuses an undeclared algorithm, runs a declared gap, or fails.
+func supported(caps limiter.Capabilities, alg limiter.Algorithm, err error) (skip bool, _ error) {
+	unsupported := errors.Is(err, limiter.ErrUnsupported)
+	switch {
+	case !caps.Supports(alg) && unsupported:
+		return true, nil
+	case !caps.Supports(alg):
+		return false, fmt.Errorf("the store declares %s unsupported, but it answered %v instead of ErrUnsupported", alg, err)
+	case unsupported:
+		return false, fmt.Errorf("the store refuses %s without declaring the gap in limiter.Capabilities: %w", alg, err)
+	}
+	return false, err
 }
 
 // policy builds a policy.

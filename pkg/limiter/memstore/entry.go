@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -47,8 +48,9 @@ func (e *entry) holds(p limiter.Policy) bool {
 }
 
 // decide runs p's arithmetic on e's state at now and writes the result back
-// (cost 0 is a peek and writes nothing).
-func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) limiter.Decision {
+// (cost 0 is a peek and writes nothing). An algorithm without a case here is
+// an error, never another algorithm's arithmetic.
+func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) (limiter.Decision, error) {
 	switch p.Algorithm {
 	case limiter.FixedWindow:
 		start := limiter.WindowStart(now, p.Window).UnixNano()
@@ -56,7 +58,7 @@ func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) limiter.Deci
 		if cost > 0 {
 			e.set(start, d.Count)
 		}
-		return d
+		return d, nil
 	case limiter.SlidingWindow:
 		start := limiter.WindowStart(now, p.Window).UnixNano()
 		cur := e.count(start)
@@ -64,12 +66,12 @@ func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) limiter.Deci
 		if d.Allowed && cost > 0 {
 			e.set(start, cur+cost)
 		}
-		return d
+		return d, nil
 	case limiter.TokenBucket:
 		d, tat := limiter.TokenBucketDecide(p, e.tat, cost, now)
 		e.tat = tat
-		return d
-	default: // SlidingLog, and SlidingLogUnsafe's peek
+		return d, nil
+	case limiter.SlidingLog, limiter.SlidingLogUnsafe: // the unsafe one only peeks here
 		n := now.UnixNano()
 		// Events older than two windows cannot count again, even after the
 		// clock steps back by a window.
@@ -78,8 +80,9 @@ func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) limiter.Deci
 		if d.Allowed && cost > 0 {
 			e.record(n, cost)
 		}
-		return d
+		return d, nil
 	}
+	return limiter.Decision{}, fmt.Errorf("memstore: %q: %w", p.Algorithm, limiter.ErrUnknownAlgorithm)
 }
 
 // count returns the count of the fixed window starting at start.

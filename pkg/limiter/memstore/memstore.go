@@ -291,7 +291,11 @@ func (s *Store) Allow(_ context.Context, p limiter.Policy, r limiter.Request) (l
 		sh.mu.Unlock()
 		return s.full(p, r.Now), nil
 	}
-	d := e.decide(p, r.Cost, r.Now)
+	d, err := e.decide(p, r.Cost, r.Now)
+	if err != nil {
+		sh.mu.Unlock()
+		return d, err
+	}
 	e.mark(d, r.Now)
 	sh.mu.Unlock()
 	return d, nil
@@ -340,10 +344,10 @@ func (s *Store) Peek(_ context.Context, p limiter.Policy, k limiter.Key, now tim
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if e := sh.find(&mk, h); e != nil && e.holds(p) {
-		return e.decide(p, 0, now), nil
+		return e.decide(p, 0, now)
 	}
 	var fresh entry
-	return fresh.decide(p, 0, now), nil
+	return fresh.decide(p, 0, now)
 }
 
 // Reset forgets k under p and returns how many records it held: window

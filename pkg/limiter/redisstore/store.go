@@ -489,3 +489,7 @@ func unixNano(sec, ns int64) int64 { return sec*int64(time.Second) + ns }
 func split(d int64) (sec, ns int64) {
 	return d / int64(time.Second), d % int64(time.Second)
 }
+
+// Capabilities says that the state lives in Redis, shared by every
+// instance, and that a call can fail while Redis cannot answer.
+func (s *Store) Capabilities() limiter.Capabilities { return limiter.Capabilities{Remote: true} }

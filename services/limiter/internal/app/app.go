@@ -45,8 +45,8 @@ type App struct {
 	cfg      config.Config
 	clock    limiter.Clock
 	log      *slog.Logger
-	store    limiter.Store // the configured store; wrapped by fallback for redis
-	fallback *fallback     // on_store_error for redis; nil for the other stores
+	store    limiter.Store // the configured store; wrapped by fallback when remote
+	fallback *fallback     // on_store_error for a remote store (redis); nil otherwise
 	engine   *gin.Engine   // every route, or the public ones with --internal-addr
 	internal *gin.Engine   // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
@@ -144,7 +144,8 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 			return fmt.Errorf("app: register metrics: %w", err)
 		}
 	}
-	if a.cfg.Store == config.StoreRedis {
+	remote := limiter.CapabilitiesOf(a.store).Remote
+	if remote {
 		f, err := newFallback(a.store, a.cfg, nil, reg, a.log)
 		if err != nil {
 			return err
@@ -169,13 +170,13 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	}
 	// The probe asks the primary itself, which must show its own errors.
 	if err := a.probe(ctx, a.store, snap.Stored()); err != nil {
-		// A Redis that cannot answer yet is an outage, not a configuration
-		// error: crash-looping would defeat on_store_error, so serve
-		// degraded (/readyz answers 503 until Redis does).
-		if a.cfg.Store != config.StoreRedis || !errors.Is(err, limiter.ErrUnavailable) {
+		// A remote store that cannot answer yet is an outage, not a
+		// configuration error: crash-looping would defeat on_store_error,
+		// so serve degraded (/readyz answers 503 until the store does).
+		if !remote || !errors.Is(err, limiter.ErrUnavailable) {
 			return err
 		}
-		a.log.Warn("the redis store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until redis answers", "error", err)
+		a.log.Warn("the "+string(a.cfg.Store)+" store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until it answers", "error", err)
 	}
 	a.current.Store(snap)
 	if rules != nil && len(rules.Domains()) == 0 {

@@ -216,3 +216,7 @@ func (f *fallback) Ping(ctx context.Context) error {
 func (f *fallback) Close() error {
 	return errors.Join(f.primary.Close(), f.local.Close())
 }
+
+// Capabilities are the primary's: the fallback covers its outages, it does
+// not change what it runs.
+func (f *fallback) Capabilities() limiter.Capabilities { return limiter.CapabilitiesOf(f.primary) }
