@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+func runCost(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := defaultCostConfig()
+	var o outputFlags
+	stores := strings.Join(c.stores, ",")
+	fs := newFlagSet("cost", "Measure, per algorithm and store, the bytes each key holds and the writes each decision makes.\nRedis is measured on a private redis-server started for the run, and skipped when\nredis-server is not on PATH.", stdout, stderr)
+	costFlags(fs, &c, &stores)
+	o.register(fs)
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := c.check(stores); err != nil {
+		return err
+	}
+	r, err := cost(ctx, c, newReporter(stderr, o.quiet))
+	if err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := writeFile(filepath.Join(o.out, "report.md"), r.writeMarkdown); err != nil {
+			return err
+		}
+	}
+	if o.json {
+		return writeJSON(stdout, r)
+	}
+	return r.writeMarkdown(stdout)
+}
+
+func costFlags(fs interface {
+	IntVar(*int, string, int, string)
+	Int64Var(*int64, string, int64, string)
+	DurationVar(*time.Duration, string, time.Duration, string)
+	StringVar(*string, string, string, string)
+}, c *costConfig, stores *string) {
+	fs.IntVar(&c.keys, "keys", c.keys, "keys per measurement")
+	fs.Int64Var(&c.limit, "cost-limit", c.limit, "limit of the cost workload's policy; each key gets twice as many attempts")
+	fs.DurationVar(&c.window, "cost-window", c.window, "window of the cost workload's policy")
+	fs.StringVar(stores, "stores", *stores, "stores to measure, comma-separated: memory, sqlite, redis")
+	fs.IntVar(&c.clients, "clients", c.clients, "goroutines sending the attempts")
+}
+
+// check validates the cost configuration and sets its stores.
+func (c *costConfig) check(stores string) error {
+	c.stores = nil
+	for s := range strings.SplitSeq(stores, ",") {
+		s = strings.TrimSpace(s)
+		switch s {
+		case storeMemory, storeSQLite, storeRedis:
+			if !slices.Contains(c.stores, s) {
+				c.stores = append(c.stores, s)
+			}
+		default:
+			return usageError{fmt.Sprintf("lab: --stores: unknown store %q: want memory, sqlite or redis", s)}
+		}
+	}
+	switch {
+	case c.keys < 1:
+		return usageError{"lab: --keys: want at least 1"}
+	case c.clients < 1:
+		return usageError{"lab: --clients: want at least 1"}
+	case c.limit < 1 || 2*c.limit > int64(c.window/time.Millisecond):
+		return usageError{fmt.Sprintf("lab: --cost-limit %d: want 1..%d (two attempts per millisecond of the window)", c.limit, c.window/time.Millisecond/2)}
+	}
+	if _, err := policies(c.limit, c.window); err != nil {
+		return usageError{err.Error()}
+	}
+	return nil
+}
+
+// allReport is `lab all`'s JSON document.
+type allReport struct {
+	Command  string           `json:"command"`
+	Accuracy []accuracyReport `json:"accuracy"`
+	Cost     costReport       `json:"cost"`
+}
+
+// allEngines are the engines `lab all` replays each trace kind with: the
+// memory store where it is fast enough, the direct engine for the
+// 100-million-request population.
+var allEngines = map[string]string{kindSteady: engineMemory, kindBoundary: engineMemory, kindPopulation: engineDirect}
+
+func runAll(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c := defaultTraceConfig()
+	cc := defaultCostConfig()
+	var o outputFlags
+	workers := defaultWorkers()
+	stores := strings.Join(cc.stores, ",")
+	fs := newFlagSet("all", "Replay the steady, boundary and population traces (steady and boundary on the memory\nstore, population on the direct engine), measure the cost, and write one report\n(report.md, report.json) with its plots into --out.", stdout, stderr)
+	traceFlags(fs, &c)
+	costFlags(fs, &cc, &stores)
+	o.register(fs)
+	fs.IntVar(&workers, "workers", workers, "goroutines replaying, each a share of the sources")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if o.out == "" {
+		return usageError{"lab all: --out DIR is required"}
+	}
+	if c.file != "" {
+		return usageError{"lab all: --trace: all replays the generated traces; use lab accuracy --trace"}
+	}
+	if err := c.check(); err != nil {
+		return err
+	}
+	if err := cc.check(stores); err != nil {
+		return err
+	}
+	rep := newReporter(stderr, o.quiet)
+	all := allReport{Command: "all"}
+	for _, kind := range []string{kindSteady, kindBoundary, kindPopulation} {
+		tc := c
+		tc.kind = kind
+		r, err := accuracy(ctx, tc, allEngines[kind], workers, rep)
+		if err != nil {
+			return err
+		}
+		if !o.quiet {
+			fmt.Fprintln(stderr, throughput(r))
+		}
+		if err := r.plot(o.out, tc.name()); err != nil {
+			return err
+		}
+		all.Accuracy = append(all.Accuracy, r)
+	}
+	var err error
+	if all.Cost, err = cost(ctx, cc, rep); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.out, "report.md"), all.writeMarkdown); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(o.out, "report.json"), func(w io.Writer) error { return writeJSON(w, all) }); err != nil {
+		return err
+	}
+	if o.json {
+		return writeJSON(stdout, all)
+	}
+	return all.writeMarkdown(stdout)
+}
+
+func (a allReport) writeMarkdown(w io.Writer) error {
+	if _, err := fmt.Fprintf(w, "# Tollgate algorithm lab\n\nGenerated by `lab all` (`make lab`). Every figure below comes from a seeded trace or a measured store; the same flags give the same figures.\n\n"); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	for _, r := range a.Accuracy {
+		if err := r.writeMarkdown(w); err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintln(w); err != nil {
+			return fmt.Errorf("lab: %w", err)
+		}
+	}
+	return a.Cost.writeMarkdown(w)
+}

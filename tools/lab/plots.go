@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"os"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Plot size. PNGs are drawn at 96 dots per inch.
+const (
+	plotWidth  = 9 * vg.Inch
+	plotHeight = 4.5 * vg.Inch
+)
+
+// plot writes the report's plots into dir, named after the trace, and
+// lists them in r.Plots.
+func (r *accuracyReport) plot(dir, name string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("lab: %w", err)
+	}
+	errs := "accuracy-" + name + "-errors.png"
+	if err := r.plotErrors(filepath.Join(dir, errs)); err != nil {
+		return err
+	}
+	r.Plots = append(r.Plots, errs)
+	if r.worst != nil {
+		worst := "accuracy-" + name + "-worst-source.png"
+		if err := r.plotWorst(filepath.Join(dir, worst)); err != nil {
+			return err
+		}
+		r.Plots = append(r.Plots, worst)
+	}
+	return nil
+}
+
+// plotErrors draws, per algorithm, the shares of false allows and false
+// refusals, side by side.
+func (r *accuracyReport) plotErrors(path string) error {
+	p := plot.New()
+	p.Add(plotter.NewGrid())
+	p.Title.Text = fmt.Sprintf("%s trace: decisions that differ from an exact sliding log (%d requests)", r.Trace.Kind, r.Requests)
+	p.Y.Label.Text = "share of all requests (%)"
+	allows, refusals := make(plotter.Values, len(r.Algorithms)), make(plotter.Values, len(r.Algorithms))
+	names := make([]string, len(r.Algorithms))
+	for i, a := range r.Algorithms {
+		allows[i], refusals[i], names[i] = 100*a.FalseAllowShare, 100*a.FalseRefusalShare, a.Algorithm
+	}
+	w := vg.Points(28)
+	for i, set := range []struct {
+		label string
+		vals  plotter.Values
+	}{{"false allows", allows}, {"false refusals", refusals}} {
+		bars, err := plotter.NewBarChart(set.vals, w)
+		if err != nil {
+			return fmt.Errorf("lab: plot: %w", err)
+		}
+		bars.Color = plotutil.Color(i)
+		bars.LineStyle.Width = 0
+		bars.Offset = vg.Length(2*i-1) * w / 2
+		p.Add(bars)
+		p.Legend.Add(set.label, bars)
+	}
+	p.Legend.Top = true
+	p.Y.Min = 0
+	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+	return save(p, path)
+}
+
+// plotWorst draws, a twentieth of a window at a time, the units the worst
+// source had admitted in the window-length span just past, by the exact log
+// and by each algorithm: where a line rises above the limit, the algorithm
+// let a burst through.
+func (r *accuracyReport) plotWorst(path string) error {
+	s := r.worst
+	p := plot.New()
+	p.Add(plotter.NewGrid())
+	var attempts int64
+	for _, n := range s.attempts {
+		attempts += n
+	}
+	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests, %d false decisions): admitted in the last window",
+		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses)
+	p.X.Label.Text = "windows since the trace's start"
+	p.Y.Label.Text = "units admitted in the last window"
+	line := func(counts []int64) plotter.XYs {
+		xy := make(plotter.XYs, len(s.attempts))
+		var trailing int64
+		for i := range xy {
+			if i < len(counts) {
+				trailing += counts[i]
+			}
+			if j := i - seriesBins; j >= 0 && j < len(counts) {
+				trailing -= counts[j]
+			}
+			xy[i].X = float64(i+1) / seriesBins
+			xy[i].Y = float64(trailing)
+		}
+		return xy
+	}
+	exact, err := plotter.NewLine(line(s.exact))
+	if err != nil {
+		return fmt.Errorf("lab: plot: %w", err)
+	}
+	exact.Color, exact.Width = color.Black, vg.Points(3)
+	p.Add(exact)
+	p.Legend.Add("exact sliding log", exact)
+	for a, alg := range labAlgorithms {
+		if alg == "sliding_log" {
+			continue // on the exact line by construction
+		}
+		l, err := plotter.NewLine(line(s.algs[a]))
+		if err != nil {
+			return fmt.Errorf("lab: plot: %w", err)
+		}
+		l.Color = plotutil.Color(a)
+		l.Dashes = plotutil.Dashes(a)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(string(alg), l)
+	}
+	limit := plotter.NewFunction(func(float64) float64 { return float64(r.Policy.Limit) })
+	limit.Color = color.Gray{Y: 150}
+	limit.Dashes = []vg.Length{vg.Points(2), vg.Points(2)}
+	p.Add(limit)
+	p.Legend.Add("limit", limit)
+	p.Legend.Top = true
+	p.Y.Min = 0
+	return save(p, path)
+}
+
+// save writes p as a PNG.
+func save(p *plot.Plot, path string) error {
+	p.Legend.TextStyle.Font.Size = vg.Points(9)
+	p.Title.TextStyle.Font.Size = vg.Points(11)
+	if err := p.Save(plotWidth, plotHeight, path); err != nil {
+		return fmt.Errorf("lab: plot %s: %w", path, err)
+	}
+	return nil
+}
+
