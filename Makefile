@@ -1,7 +1,7 @@
 # Tollgate: run `make help` for the targets.
 
 GO      ?= go
-MODULES := pkg/limiter services/limiter tools/atk tools/loadgen
+MODULES := pkg/limiter services/limiter tools/atk tools/loadgen tools/lab
 TOOLS   := tools/atk tools/loadgen
 BIN     := $(CURDIR)/bin
 TESTFLAGS ?= -race -shuffle=on -count=1
@@ -13,11 +13,12 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/limiter, bin/atk and bin/loadgen
+build: ## build bin/limiter, bin/atk, bin/loadgen and bin/lab
 	@mkdir -p $(BIN)
 	cd services/limiter && $(GO) build -o $(BIN)/limiter .
 	cd tools/atk && GOWORK=off $(GO) build -o $(BIN)/atk .
 	cd tools/loadgen && GOWORK=off $(GO) build -o $(BIN)/loadgen .
+	cd tools/lab && GOWORK=off $(GO) build -o $(BIN)/lab .
 
 .PHONY: run
 run: build ## serve on 127.0.0.1:8080 with the embedded SQLite store (./data/limiter.db)
@@ -35,7 +36,7 @@ lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on ev
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) tool staticcheck ./...); done
-	@set -e; for m in $(TOOLS); do (cd $$m && GOWORK=off $(GO) vet ./...); done
+	@set -e; for m in $(TOOLS) tools/lab; do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 .PHONY: atk
 atk: build ## start two services on free ports (with and without admin key) and run the attack suite
@@ -45,6 +46,10 @@ OUT ?= demo-out
 .PHONY: demo
 demo: build ## run loadgen's scenarios against a fresh demo service (memory store); report and plots in OUT
 	scripts/demo.sh $(BIN) $(OUT)
+
+.PHONY: lab
+lab: build ## the algorithm lab: accuracy on the default traces, each store's cost; report and plots in OUT (default lab-out)
+	$(BIN)/lab all --out $(if $(filter command line,$(origin OUT)),$(OUT),lab-out)
 
 FUZZTIME ?= 20s
 .PHONY: fuzz

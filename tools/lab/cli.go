@@ -313,4 +313,3 @@ func writeFile(path string, write func(io.Writer) error) error {
 	}
 	return err
 }
-

@@ -210,7 +210,7 @@ func cost(ctx context.Context, c costConfig, rep reporter) (costReport, error) {
 // that changed a key's state: a Peek at the same instant before and after
 // the decision differs exactly when the decision wrote something.
 func (c costConfig) memoryCost(ctx context.Context, p limiter.Policy, keys []limiter.Key, prog *progress) (costRow, error) {
-	store := memstore.New(memstore.WithMaxKeys(2 * len(keys)))
+	store := memstore.New(memstore.WithMaxKeys(memoryMaxKeys))
 	defer store.Close()
 	before := liveHeap()
 	var mu sync.Mutex
@@ -239,7 +239,9 @@ func (c costConfig) memoryCost(ctx context.Context, p limiter.Policy, keys []lim
 		return costRow{}, err
 	}
 	after := liveHeap()
-	runtime.KeepAlive(store)
+	if n := store.Evictions(); n > 0 {
+		return costRow{}, fmt.Errorf("lab: cost: the memory store evicted %d keys", n)
+	}
 	return costRow{
 		BytesPerKey:       float64(after-before) / float64(len(keys)),
 		WritesPerDecision: float64(writes) / float64(c.decisions()),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -82,9 +83,10 @@ type memoryEngine struct {
 	names []string // subject of each local key
 }
 
-// memoryMaxKeys bounds the memory engine's store far above any trace the
-// lab can hold, so that it never evicts a key (an evicted key would start
-// again from a full budget and skew the comparison).
+// memoryMaxKeys bounds the lab's memory stores far above any trace the lab
+// can hold, so that no shard ever evicts a key (an evicted key would start
+// again from a full budget and skew the figures); the store allocates by
+// the keys it holds, not by its bound.
 const memoryMaxKeys = 1 << 30
 
 func newMemoryEngine(ps [nAlgs]limiter.Policy) *memoryEngine {
@@ -101,4 +103,13 @@ func (m *memoryEngine) decide(a int, k int, key uint32, at, cost int64) (bool, e
 	r := limiter.Request{Key: limiter.Key{Subject: m.names[k]}, Cost: cost, Now: time.Unix(0, at).UTC()}
 	d, err := m.store.Allow(context.Background(), m.ps[a], r)
 	return d.Allowed, err
+}
+
+// close reports an eviction, which would make the replay wrong.
+func (m *memoryEngine) close() error {
+	defer m.store.Close()
+	if n := m.store.Evictions(); n > 0 {
+		return fmt.Errorf("lab: the memory store evicted %d keys: the figures would be wrong", n)
+	}
+	return nil
 }

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
-	"time"
+
+	"github.com/tollgate/tollgate/tools/lab/internal/tracefile"
 )
 
 // Trace file formats.
@@ -24,147 +24,8 @@ const maxLine = 1 << 20
 // maxBadExamples is how many malformed lines a report quotes.
 const maxBadExamples = 3
 
-// record is one parsed line: its time, key and cost.
-type record struct {
-	at   int64
-	key  []byte // valid until the next line
-	cost int64
-}
-
-// errSkip marks a line that holds no request (blank, comment, CSV header).
-var errSkip = errors.New("lab: no request on this line")
-
-// parseCSVLine parses "timestamp,key[,cost]". The timestamp is RFC 3339
-// (any fraction) or integer Unix nanoseconds; the key may be double-quoted
-// ("" escapes a quote) and is otherwise taken as is; cost defaults to 1.
-// Blank lines, lines starting with '#', and a header whose first field is
-// "timestamp" are skipped.
-func parseCSVLine(line []byte, rec *record, scratch []byte) ([]byte, error) {
-	line = bytes.TrimRight(line, "\r")
-	if len(bytes.TrimSpace(line)) == 0 || line[0] == '#' {
-		return scratch, errSkip
-	}
-	ts, rest, ok := bytes.Cut(line, []byte{','})
-	if !ok {
-		return scratch, fmt.Errorf("want timestamp,key[,cost]")
-	}
-	ts = bytes.TrimSpace(ts)
-	if string(ts) == "timestamp" {
-		return scratch, errSkip
-	}
-	at, err := parseTimestamp(ts)
-	if err != nil {
-		return scratch, err
-	}
-	key, rest, err := csvField(rest, scratch[:0])
-	if err != nil {
-		return scratch, err
-	}
-	if len(key) == 0 {
-		return key, fmt.Errorf("empty key")
-	}
-	cost := int64(1)
-	if rest != nil {
-		c := bytes.TrimSpace(rest)
-		if cost, err = strconv.ParseInt(string(c), 10, 64); err != nil || cost < 1 {
-			return key, fmt.Errorf("cost %q is not a positive integer", c)
-		}
-	}
-	rec.at, rec.key, rec.cost = at, key, cost
-	return key, nil
-}
-
-// csvField reads one field from the start of s, quoted or not, into dst.
-// rest is what follows the comma after it, nil when the field ends the line.
-func csvField(s, dst []byte) (field, rest []byte, err error) {
-	if len(s) == 0 || s[0] != '"' {
-		f, r, ok := bytes.Cut(s, []byte{','})
-		if !ok {
-			r = nil
-		}
-		return append(dst, f...), r, nil
-	}
-	for i := 1; i < len(s); i++ {
-		if s[i] != '"' {
-			dst = append(dst, s[i])
-			continue
-		}
-		if i+1 < len(s) && s[i+1] == '"' {
-			dst = append(dst, '"')
-			i++
-			continue
-		}
-		switch {
-		case i+1 == len(s):
-			return dst, nil, nil
-		case s[i+1] == ',':
-			return dst, s[i+2:], nil
-		}
-		return dst, nil, fmt.Errorf("text after a closing quote")
-	}
-	return dst, nil, fmt.Errorf("unterminated quote")
-}
-
-// parseTimestamp reads RFC 3339 or integer Unix nanoseconds.
-func parseTimestamp(b []byte) (int64, error) {
-	if len(b) > 0 && (b[0] >= '0' && b[0] <= '9' || b[0] == '-') && !bytes.ContainsAny(b, ":T") {
-		n, err := strconv.ParseInt(string(b), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("timestamp %q is not Unix nanoseconds", b)
-		}
-		return n, nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, string(b))
-	if err != nil {
-		return 0, fmt.Errorf("timestamp %q is neither RFC 3339 nor Unix nanoseconds", b)
-	}
-	return t.UnixNano(), nil
-}
-
-// clfTime is the time layout of common and combined access logs.
-const clfTime = "02/Jan/2006:15:04:05 -0700"
-
-// parseCLFLine parses a common or combined access log line,
-//
-//	host ident authuser [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 2326 ...
-//
-// taking the host as the key and each line as one request of cost 1.
-func parseCLFLine(line []byte, rec *record, scratch []byte) ([]byte, error) {
-	line = bytes.TrimRight(line, "\r")
-	if len(bytes.TrimSpace(line)) == 0 || line[0] == '#' {
-		return scratch, errSkip
-	}
-	host, _, ok := bytes.Cut(line, []byte{' '})
-	if !ok || len(host) == 0 {
-		return scratch, fmt.Errorf("want an access log line")
-	}
-	open := bytes.IndexByte(line, '[')
-	if open < 0 {
-		return scratch, fmt.Errorf("no [time] in the access log line")
-	}
-	closing := bytes.IndexByte(line[open:], ']')
-	if closing < 0 {
-		return scratch, fmt.Errorf("no closing ] after the time")
-	}
-	t, err := time.Parse(clfTime, string(line[open+1:open+closing]))
-	if err != nil {
-		return scratch, fmt.Errorf("time %q: want %s", line[open+1:open+closing], clfTime)
-	}
-	key := append(scratch[:0], host...)
-	rec.at, rec.key, rec.cost = t.UnixNano(), key, 1
-	return key, nil
-}
-
-// looksLikeCLF reports whether line reads as an access log line rather than
-// CSV.
-func looksLikeCLF(line []byte) bool {
-	var rec record
-	_, err := parseCLFLine(line, &rec, nil)
-	return err == nil
-}
-
-// lineParser is parseCSVLine or parseCLFLine.
-type lineParser func(line []byte, rec *record, scratch []byte) ([]byte, error)
+// lineParser is tracefile.ParseCSV or tracefile.ParseCLF.
+type lineParser func(line []byte, rec *tracefile.Record, scratch []byte) ([]byte, error)
 
 // fileSource streams a trace file: one line at a time, keys interned to
 // numbers in order of first appearance. Time must not go backwards; an
@@ -202,7 +63,7 @@ func newFileSource(r io.Reader, size int64, format string, maxCost int64) (*file
 			if len(bytes.TrimSpace(line)) == 0 {
 				continue
 			}
-			if looksLikeCLF(line) {
+			if tracefile.LooksLikeCLF(line) {
 				format = formatCLF
 			}
 			break
@@ -210,9 +71,9 @@ func newFileSource(r io.Reader, size int64, format string, maxCost int64) (*file
 	}
 	switch format {
 	case formatCSV:
-		f.parse = parseCSVLine
+		f.parse = tracefile.ParseCSV
 	case formatCLF:
-		f.parse = parseCLFLine
+		f.parse = tracefile.ParseCLF
 	default:
 		return nil, fmt.Errorf("lab: trace format %q: want auto, csv or clf", format)
 	}
@@ -227,10 +88,10 @@ func (f *fileSource) next(buf []event) (int, error) {
 		if line == nil {
 			return n, err
 		}
-		var rec record
+		var rec tracefile.Record
 		f.scratch, err = f.parse(line, &rec, f.scratch)
 		switch {
-		case errors.Is(err, errSkip):
+		case errors.Is(err, tracefile.ErrSkip):
 			continue
 		case err != nil:
 			f.bad++
@@ -238,23 +99,23 @@ func (f *fileSource) next(buf []event) (int, error) {
 				f.examples = append(f.examples, fmt.Sprintf("line %d: %v", f.line, err))
 			}
 			continue
-		case rec.cost > f.maxCost:
+		case rec.Cost > f.maxCost:
 			f.tooDear++
 			continue
 		}
-		if rec.at < f.last {
-			rec.at = f.last
+		if rec.At < f.last {
+			rec.At = f.last
 			f.moved++
 		}
-		f.last = rec.at
-		id, ok := f.ids[string(rec.key)]
+		f.last = rec.At
+		id, ok := f.ids[string(rec.Key)]
 		if !ok {
 			id = uint32(len(f.names))
-			name := string(rec.key)
+			name := string(rec.Key)
 			f.ids[name] = id
 			f.names = append(f.names, name)
 		}
-		buf[n] = event{at: rec.at, key: id, cost: uint32(rec.cost)}
+		buf[n] = event{at: rec.At, key: id, cost: uint32(rec.Cost)}
 		n++
 	}
 	return n, nil

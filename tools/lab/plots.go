@@ -144,4 +144,3 @@ func save(p *plot.Plot, path string) error {
 	}
 	return nil
 }
-

@@ -71,6 +71,7 @@ type keyState struct {
 	falses     uint32 // false decisions, every algorithm together
 	hit        bool   // the exact log refused at least once
 	requests   int64
+	first      int64 // index in the trace of the key's first request
 	algs       [nAlgs]keyAlg
 }
 
@@ -82,8 +83,9 @@ type keyAlg struct {
 // algStats are one algorithm's totals.
 type algStats struct {
 	requests, admitted, falseAllows, falseRefusals int64
-	worst                                          int64 // most units admitted in a window-length span
-	worstKey                                       uint32
+	worst                                          int64  // most units admitted in a window-length span
+	worstAt                                        int64  // index in the trace of the request that first reached it
+	worstKey                                       uint32 // whose request that was
 }
 
 // seriesBins is how many bins of a series make one window.
@@ -121,7 +123,7 @@ type worker struct {
 func (w *worker) run(in <-chan *batch, free chan<- *batch) {
 	for b := range in {
 		if w.err == nil {
-			w.err = w.replay(b.ev)
+			w.err = w.replay(b.ev, b.base)
 		}
 		if b.refs.Add(-1) == 0 {
 			free <- b
@@ -129,8 +131,12 @@ func (w *worker) run(in <-chan *batch, free chan<- *batch) {
 	}
 }
 
-func (w *worker) replay(evs []event) error {
-	for _, e := range evs {
+// replay decides evs, the trace's requests from index base on. Ties between
+// sources are broken by the order of the trace, never by the numbering of
+// the sources or the split of the work, so that a file and the generated
+// trace it holds give the same report.
+func (w *worker) replay(evs []event, base int64) error {
+	for i, e := range evs {
 		if int(e.key)%w.of != w.idx {
 			continue
 		}
@@ -139,6 +145,9 @@ func (w *worker) replay(evs []event) error {
 			w.keys = append(w.keys, keyState{})
 		}
 		ks := &w.keys[k]
+		if ks.requests == 0 {
+			ks.first = base + int64(i)
+		}
 		ks.requests++
 		cost := int64(e.cost)
 		cut := e.at - w.window
@@ -169,8 +178,8 @@ func (w *worker) replay(evs []event) error {
 				ka.units += cost
 				ka.adm.expire(cut)
 				ka.adm.push(e.at, cost)
-				if ka.adm.sum > s.worst || ka.adm.sum == s.worst && e.key < s.worstKey {
-					s.worst, s.worstKey = ka.adm.sum, e.key
+				if ka.adm.sum > s.worst {
+					s.worst, s.worstAt, s.worstKey = ka.adm.sum, base+int64(i), e.key
 				}
 				if !truth {
 					s.falseAllows++
@@ -192,6 +201,7 @@ func (w *worker) replay(evs []event) error {
 // done with it hands it back.
 type batch struct {
 	ev   []event
+	base int64 // index in the trace of ev[0]
 	refs atomic.Int32
 }
 
@@ -218,6 +228,7 @@ type replayResult struct {
 	madSum              [nAlgs]int64 // sum over limited keys of |units - exact units|
 	worstKey            uint32       // the key with the most false decisions
 	worstFalses         uint32
+	worstFirst          int64 // index in the trace of its first request
 	watch               *series
 	elapsed             time.Duration
 }
@@ -279,6 +290,9 @@ func replay(ctx context.Context, src source, o replayOptions) (replayResult, err
 		return res, err
 	}
 	for _, w := range workers {
+		if m, ok := w.eng.(*memoryEngine); ok && w.err == nil {
+			w.err = m.close()
+		}
 		if w.err != nil {
 			return res, w.err
 		}
@@ -307,6 +321,7 @@ func produce(ctx context.Context, src source, o replayOptions, ins []chan *batch
 			res.first = evs[0].at
 		}
 		res.last = evs[n-1].at
+		b.base = res.events
 		res.events += int64(n)
 		if o.watch >= 0 {
 			kept := evs[:0]
@@ -338,8 +353,8 @@ func (r *replayResult) merge(workers []*worker) {
 			s.admitted += ws.admitted
 			s.falseAllows += ws.falseAllows
 			s.falseRefusals += ws.falseRefusals
-			if ws.worst > s.worst || ws.worst == s.worst && ws.worstKey < s.worstKey {
-				s.worst, s.worstKey = ws.worst, ws.worstKey
+			if ws.worst > s.worst || ws.worst == s.worst && ws.worst > 0 && ws.worstAt < s.worstAt {
+				s.worst, s.worstAt, s.worstKey = ws.worst, ws.worstAt, ws.worstKey
 			}
 		}
 		for k := range w.keys {
@@ -349,8 +364,8 @@ func (r *replayResult) merge(workers []*worker) {
 				r.sources++
 			}
 			r.exactAdmitted += ks.exactUnits
-			if ks.falses > r.worstFalses || ks.falses == r.worstFalses && ks.falses > 0 && key < r.worstKey {
-				r.worstFalses, r.worstKey = ks.falses, key
+			if ks.falses > r.worstFalses || ks.falses == r.worstFalses && ks.falses > 0 && ks.first < r.worstFirst {
+				r.worstFalses, r.worstKey, r.worstFirst = ks.falses, key, ks.first
 			}
 			if !ks.hit {
 				continue
