@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
+	_ "modernc.org/sqlite" // the "sqlite" driver the lab's own connections use
 )
 
 // Stores `lab cost` measures.
