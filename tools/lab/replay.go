@@ -223,7 +223,6 @@ type replayResult struct {
 	sources             int64        // keys seen
 	limited             int64        // keys the exact log refused at least once
 	limitedRequests     int64        // their requests
-	unlimitedFalses     [nAlgs]int64 // false decisions on the other keys
 	exactAdmitted       int64        // units
 	madSum              [nAlgs]int64 // sum over limited keys of |units - exact units|
 	worstKey            uint32       // the key with the most false decisions
