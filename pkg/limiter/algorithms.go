@@ -12,7 +12,7 @@ import (
 // says whether an attempt of cost 1 would pass.
 
 // WindowStart returns now truncated down to a multiple of window since the
-// Unix epoch, in UTC: the seed's window_start.
+// Unix epoch, in UTC: seed 000's window_start (docs/seeds.md).
 func WindowStart(now time.Time, window time.Duration) time.Time {
 	return time.Unix(0, windowStartNanos(now.UnixNano(), int64(window))).UTC()
 }

@@ -22,7 +22,7 @@
 //     [SlidingWindowDecide] for its error bound.
 //   - [TokenBucket]: GCRA, one theoretical arrival time per key; limit units
 //     per window on average with a burst of limit.
-//   - [SlidingLogUnsafe]: the seed's check-then-insert done as two separate
+//   - [SlidingLogUnsafe]: seed 001's check-then-insert (docs/seeds.md) done as two separate
 //     steps with no transaction. It over-admits under concurrency on purpose,
 //     to demonstrate the race; never use it to protect anything.
 //

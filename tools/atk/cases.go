@@ -20,8 +20,8 @@ const maxExhaust = 200
 // floodSize is how many bad requests ATK-29 sends at once.
 const floodSize = 200
 
-// Cases is the attack table: ATK-01..ATK-12 are the sliding-window seed's
-// cases with DESIGN.md's status codes, the rest what hostile clients send.
+// Cases is the attack table: ATK-01..ATK-12 are the sliding-window seed's (docs/seeds.md)
+// cases with docs/design.md's status codes, the rest what hostile clients send.
 // Adding a case is adding a row.
 var Cases = []Case{
 	{

@@ -2,7 +2,7 @@
 // over HTTP and prints a PASS/FAIL table.
 //
 // It imports nothing of Tollgate: it is a hostile client of the contract
-// in DESIGN.md, nothing more. Exit status: 0 when every case passes (skips
+// in docs/design.md, nothing more. Exit status: 0 when every case passes (skips
 // allowed), 1 when any fails, 2 for bad flags, an unreachable or unhealthy
 // target, or a report file that cannot be written.
 package main

@@ -72,7 +72,7 @@ const (
 // refNow is the reference's fixed clock: time never moves during a test.
 var refNow = time.Date(2026, 1, 1, 0, 0, 10, 0, time.UTC)
 
-// reference is a small implementation of DESIGN.md's routes over a real
+// reference is a small implementation of docs/design.md's routes over a real
 // SQLite file, against which the whole suite must pass. A strict one
 // believes no X-Client-Key and serves its decision APIs (internal routes)
 // on a second listener only.

@@ -39,7 +39,8 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
-// base is the instant every case starts from: the seed's 2026-01-01T00:00:00Z.
+// base is the instant every case starts from: 2026-01-01T00:00:00Z, seed
+// 000's example (docs/seeds.md).
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // newStoreFunc is the constructor Run takes.

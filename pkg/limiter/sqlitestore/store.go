@@ -1,4 +1,4 @@
-// Package sqlitestore keeps rate-limit state in one SQLite file (the seeds'
+// Package sqlitestore keeps rate-limit state in one SQLite file (docs/seeds.md's
 // schema, modernc.org/sqlite, no cgo), in WAL mode.
 //
 // Every decision, reset and prune goes through one writer goroutine that owns

@@ -22,7 +22,7 @@ import (
 const (
 	// MaxBodyBytes is the largest request body accepted; larger gets 413.
 	MaxBodyBytes = 64 << 10
-	// MaxEndpointRunes is the longest endpoint, in characters (the seed's 128).
+	// MaxEndpointRunes is the longest endpoint, in characters (seed 001's 128, docs/seeds.md).
 	MaxEndpointRunes = 128
 )
 
@@ -50,7 +50,7 @@ func detail(err error) string {
 	return err.Error()
 }
 
-// ParseUserID parses a user id as the seed's ctype_digit + positive test
+// ParseUserID parses a user id as seed 001's ctype_digit (docs/seeds.md) + positive test
 // does: only ASCII digits, greater than zero, fitting an int64. Leading zeros
 // are allowed and dropped: it returns the value and its canonical decimal
 // text, which is the key's subject, so "007" and "7" are one user.
@@ -92,7 +92,7 @@ func ValidateText(what, s string, maxBytes, maxRunes int) error {
 	return nil
 }
 
-// ValidateEndpoint checks an endpoint as the seed does: a non-empty string of
+// ValidateEndpoint checks an endpoint as seed 001 does (docs/seeds.md): a non-empty string of
 // at most 128 characters.
 func ValidateEndpoint(s string) error {
 	return ValidateText("endpoint", s, 4*MaxEndpointRunes, MaxEndpointRunes)
