@@ -180,6 +180,10 @@ func (h *handler) serve(r route) gin.HandlerFunc {
 			c.Data(status, "application/json", a.raw)
 			return
 		}
+		if j, ok := a.body.(jsonAppender); ok {
+			writeAppender(c, status, j)
+			return
+		}
 		c.JSON(status, a.body)
 	}
 }
