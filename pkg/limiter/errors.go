@@ -1,0 +1,14 @@
+package limiter
+
+import "errors"
+
+// Errors. Stores wrap them with context; test with errors.Is.
+var (
+	ErrInvalidPolicy    = errors.New("invalid policy")
+	ErrUnknownAlgorithm = errors.New("unknown algorithm")
+	ErrInvalidKey       = errors.New("invalid key")
+	ErrInvalidCost      = errors.New("invalid cost")
+	ErrUnsupported      = errors.New("algorithm not supported by this store")
+	ErrClosed           = errors.New("store closed")
+	ErrUnavailable      = errors.New("store unavailable")
+)
