@@ -56,11 +56,17 @@ func (s *Store) evict(sh *shard, now int64) bool {
 func (sh *shard) pick(now int64) (victim int, blocked bool) {
 	free, freeExp := -1, int64(0)
 	held, heldUntil := -1, int64(0)
+	// A shard no larger than the samples is read whole, so its choice is
+	// exact rather than left to the draws.
+	whole := len(sh.list) <= evictionSamples+extraSamples
 	for n := range evictionSamples + extraSamples {
-		if n >= evictionSamples && free >= 0 {
+		if whole && n >= len(sh.list) || !whole && n >= evictionSamples && free >= 0 {
 			break
 		}
-		i := rand.IntN(len(sh.list))
+		i := n
+		if !whole {
+			i = rand.IntN(len(sh.list))
+		}
 		e := sh.list[i]
 		if e.blockedUntil > now {
 			if held < 0 || e.blockedUntil < heldUntil {
