@@ -1,0 +1,62 @@
+package httplimit_test
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
+)
+
+// TestHeaderFormatsMatchTheDraft checks the field values against the examples
+// of draft-ietf-httpapi-ratelimit-headers-10.
+func TestHeaderFormatsMatchTheDraft(t *testing.T) {
+	burst := limiter.Policy{Name: "burst", Algorithm: limiter.FixedWindow, Limit: 100, Window: time.Minute}
+	daily := limiter.Policy{Name: "daily", Algorithm: limiter.FixedWindow, Limit: 1000, Window: 24 * time.Hour}
+	shadow := limiter.Policy{Name: "trial", Algorithm: limiter.FixedWindow, Limit: 5, Window: time.Second, Shadow: true}
+
+	assert.Equal(t, `"burst";q=100;w=60, "daily";q=1000;w=86400`, httplimit.PolicyHeader([]limiter.Policy{burst, shadow, daily}))
+	assert.Equal(t, `"default";r=50;t=30`, httplimit.RateLimitHeader("default", limiter.Decision{Remaining: 50, ResetAfter: 30 * time.Second}))
+	assert.Equal(t, `"default";r=0;t=1`, httplimit.RateLimitHeader("default", limiter.Decision{ResetAfter: time.Nanosecond}), "t is rounded up")
+	assert.Empty(t, httplimit.PolicyHeader([]limiter.Policy{shadow}), "shadow policies are not announced")
+
+	odd := limiter.Policy{Name: `a"b\c`, Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}
+	assert.Equal(t, `"a\"b\\c";q=1;w=1`, httplimit.PolicyHeader([]limiter.Policy{odd}))
+	assert.Equal(t, `"a\"b\\c";r=1;t=0`, httplimit.RateLimitHeader(odd.Name, limiter.Decision{Remaining: 1}))
+}
+
+// The field names assigned without Header.Set are the canonical ones, so that
+// Header.Get finds them and the wire shows what Set would have written.
+func TestFieldsAreCanonical(t *testing.T) {
+	for _, f := range []string{httplimit.FieldPolicy, httplimit.FieldRateLimit, httplimit.FieldLimit, httplimit.FieldRemaining, httplimit.FieldReset} {
+		assert.Equal(t, http.CanonicalHeaderKey(f), f)
+	}
+}
+
+// Each field holds its own single value, though they share one array:
+// appending to one never shows in another.
+func TestFieldsAreIndependent(t *testing.T) {
+	hd := http.Header{}
+	d := limiter.Decision{Limit: 10, Remaining: 3, ResetAfter: 1500 * time.Millisecond}
+	httplimit.SetFields(hd, `"p";q=10;w=60`, "p", &d)
+	hd.Add("RateLimit-Policy", "extra")
+	assert.Equal(t, []string{`"p";q=10;w=60`, "extra"}, hd.Values("RateLimit-Policy"))
+	assert.Equal(t, []string{`"p";r=3;t=2`}, hd.Values("RateLimit"))
+	assert.Equal(t, "10", hd.Get("X-RateLimit-Limit"))
+	assert.Equal(t, "3", hd.Get("X-RateLimit-Remaining"))
+	assert.Equal(t, "2", hd.Get("X-RateLimit-Reset"))
+
+	only := http.Header{}
+	httplimit.SetFields(only, `"p";q=10;w=60`, "", nil)
+	assert.Equal(t, http.Header{"Ratelimit-Policy": {`"p";q=10;w=60`}}, only)
+}
+
+func TestNewProblem(t *testing.T) {
+	assert.Equal(t, httplimit.Problem{Type: "urn:tollgate:problem:validation-failed", Title: "Unprocessable Entity", Status: 422, Detail: "d"},
+		httplimit.NewProblem(422, "d"))
+	assert.Equal(t, httplimit.Problem{Type: "urn:tollgate:problem:internal", Title: "Internal Server Error", Status: 500, Detail: "d"},
+		httplimit.NewProblem(418, "d"), "a status Tollgate never answers is a 500")
+}
