@@ -1,7 +1,7 @@
 # Tollgate: run `make help` for the targets.
 
 GO      ?= go
-MODULES := pkg/limiter pkg/limiter/ginlimit services/limiter tools/atk tools/loadgen tools/lab
+MODULES := pkg/limiter pkg/limiter/ginlimit services/limiter services/limiter/client tools/atk tools/loadgen tools/lab
 TOOLS   := tools/atk tools/loadgen
 BIN     := $(CURDIR)/bin
 TESTFLAGS ?= -race -shuffle=on -count=1
