@@ -138,7 +138,7 @@ type boundaryResult struct {
 func runBoundary(ctx context.Context, e *env) (boundaryResult, error) {
 	o := e.opts
 	plan := planBoundary(time.Now(), o.limit, o.window, o.cycles)
-	prog := startProgress(e.stderr, "boundary", "requests", int64(len(plan.Sends)*len(o.policies)))
+	prog := startProgress(e.stderr, e.progress, "boundary", "requests", int64(len(plan.Sends)*len(o.policies)))
 	res := boundaryResult{Plan: plan, Rows: make([]boundaryRow, len(o.policies)), Plot: "boundary.png"}
 	var wg sync.WaitGroup
 	for i, policy := range o.policies {

@@ -38,6 +38,7 @@ type options struct {
 	rate, maxRate, keys    int
 	duration, step, maxP99 time.Duration
 	storeLabel, addr       string
+	quiet                  bool
 	bench                  benchOptions
 }
 
@@ -73,6 +74,7 @@ func commonFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&o.window, "window", 2*time.Second, "the policies' window (whole seconds), checked against the RateLimit-Policy field when present")
 	fs.IntVar(&o.workers, "workers", 32, "vegeta workers started per attack (race uses --n)")
 	fs.DurationVar(&o.timeout, "timeout", 5*time.Second, "timeout of one request")
+	fs.BoolVar(&o.quiet, "quiet", false, "no progress on stderr (by default a bar on a terminal, a plain line every 10s in a log)")
 }
 
 func policyFlags(fs *flag.FlagSet, o *options) {
@@ -334,10 +336,11 @@ func (o *options) validate(fs *flag.FlagSet) error {
 
 // env is what the scenarios of one run share.
 type env struct {
-	opts   options
-	client *http.Client
-	stderr io.Writer
-	prefix string
+	opts     options
+	client   *http.Client
+	stderr   io.Writer
+	progress progressMode
+	prefix   string
 }
 
 // newEnv prepares a run: the seed (from the clock when o.seed is 0), the
@@ -347,10 +350,11 @@ func newEnv(o options, stderr io.Writer) *env {
 		o.seed = uint64(time.Now().UnixNano())
 	}
 	return &env{
-		opts:   o,
-		client: newClient(max(o.n, o.maxWorkers, o.workers), o.timeout),
-		stderr: stderr,
-		prefix: fmt.Sprintf("lg%08x", rand.New(rand.NewPCG(o.seed, 0)).Uint32()),
+		opts:     o,
+		client:   newClient(max(o.n, o.maxWorkers, o.workers), o.timeout),
+		stderr:   stderr,
+		progress: progressModeOf(stderr, o.quiet),
+		prefix:   fmt.Sprintf("lg%08x", rand.New(rand.NewPCG(o.seed, 0)).Uint32()),
 	}
 }
 

@@ -117,7 +117,8 @@ func TestThroughputCommandAgainstBaseline(t *testing.T) {
 	assert.Contains(t, string(report), "](latency.png)")
 	decodePNG(t, filepath.Join(out, "latency.png"))
 	assert.Contains(t, stdout.String(), "report: "+filepath.Join(out, "report.md"))
-	assert.Contains(t, stderr.String(), "throughput [", "a progress bar on stderr")
+	assert.Regexp(t, `(?m)^throughput: \d+/\d+ steps \(100%\), \d+ steps/s, done$`, stderr.String(), "a final progress line on stderr")
+	assert.NotContains(t, stderr.String(), "\r", "no redraws in a log")
 }
 
 func TestSeedFixesTheKeyPrefix(t *testing.T) {

@@ -131,7 +131,7 @@ func runRace(ctx context.Context, e *env) (raceResult, error) {
 	o := e.opts
 	res := raceResult{Limit: o.limit, Window: o.window, N: o.n, Rounds: o.rounds, Plot: "race.png"}
 	warm(ctx, e.client, o.target, o.n)
-	prog := startProgress(e.stderr, "race", "requests", int64(o.n*o.rounds*len(o.racePolicies)))
+	prog := startProgress(e.stderr, e.progress, "race", "requests", int64(o.n*o.rounds*len(o.racePolicies)))
 	defer prog.Stop()
 	for _, policy := range o.racePolicies {
 		row := raceRow{Policy: policy}

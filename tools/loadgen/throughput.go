@@ -147,7 +147,7 @@ func runThroughput(ctx context.Context, e *env) (throughputResult, error) {
 		MaxP99: o.maxP99, MaxRate: o.maxRate, Plot: "latency.png"}
 	perPolicy := int64(rampSteps(rampStart, o.maxRate) + 1)
 	planned := perPolicy * int64(len(o.policies))
-	prog := startProgress(e.stderr, "throughput", "steps", planned)
+	prog := startProgress(e.stderr, e.progress, "throughput", "steps", planned)
 	defer prog.Stop()
 	run := func(policy, phase string, rate int, du time.Duration) (vegeta.Results, error) {
 		rs := attack(ctx, e.client, attackSpec{
