@@ -381,6 +381,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { a.pruneLoop(pruneCtx, a.cfg.PruneInterval) })
 	wg.Go(func() { a.reloadLoop(pruneCtx) })
+	wg.Go(func() { a.watchEnvoy(pruneCtx) })
 	defer func() {
 		stopPrune()
 		wg.Wait()

@@ -245,16 +245,16 @@ type listening struct {
 	Config   map[string]any
 }
 
-// runLogged starts Run(cfg) with a JSON logger and returns its first log
+// runLogged starts Run(cfg, opts) with a JSON logger and returns its first log
 // line (decoded, and as text), and a stop function that cancels the run and
 // returns Run's error. The rest of the log is drained so it never blocks.
-func runLogged(t *testing.T, cfg config.Config) (listening, string, func() error) {
+func runLogged(t *testing.T, cfg config.Config, opts ...Option) (listening, string, func() error) {
 	t.Helper()
 	pr, pw := io.Pipe()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, cfg, WithLogger(NewLogger(cfg, pw)))
+		done <- Run(ctx, cfg, append([]Option{WithLogger(NewLogger(cfg, pw))}, opts...)...)
 		_ = pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)

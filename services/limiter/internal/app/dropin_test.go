@@ -7,6 +7,7 @@ package app
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,10 +17,15 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
@@ -38,6 +44,8 @@ type dropIn struct {
 	grpc  rlsv3.RateLimitServiceClient
 	json  *httptest.Server
 	clock *limitertest.Clock
+	// header is the HTTP header of the last /json answer.
+	header http.Header
 }
 
 func newDropIn(t *testing.T, args ...string) *dropIn {
@@ -68,7 +76,19 @@ func (d *dropIn) ask(t *testing.T, req *rlsv3.RateLimitRequest) *rlsv3.RateLimit
 		want = http.StatusTooManyRequests
 	}
 	assert.Equal(t, want, resp.StatusCode)
+	d.header = resp.Header
 	return viaGRPC
+}
+
+// refusal sends req to both services and returns the gRPC status code and
+// the /json problem's status.
+func (d *dropIn) refusal(t *testing.T, req *rlsv3.RateLimitRequest) (codes.Code, int) {
+	t.Helper()
+	_, err := d.grpc.ShouldRateLimit(context.Background(), req)
+	body, merr := protojson.Marshal(req)
+	require.NoError(t, merr)
+	resp, _ := postJSON(t, d.json, string(body))
+	return status.Code(err), resp.StatusCode
 }
 
 // codes returns the overall code followed by each descriptor's.
@@ -236,4 +256,214 @@ func TestDropInDescriptorsWithoutList(t *testing.T) {
 	assert.Nil(t, resp.GetStatuses()[0].GetCurrentLimit())
 	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok}, codesOf(d.ask(t, req("nested", []string{"k", "v"}))))
 	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, over}, codesOf(d.ask(t, req("nested", []string{"k", "v"}))))
+}
+
+// status builds the descriptor status the peer answers for a limit.
+func limited(code rlsv3.RateLimitResponse_Code, name string, perUnit uint32, unit rlsv3.RateLimitResponse_RateLimit_Unit, remaining uint32, reset time.Duration) *rlsv3.RateLimitResponse_DescriptorStatus {
+	return &rlsv3.RateLimitResponse_DescriptorStatus{
+		Code:               code,
+		CurrentLimit:       &rlsv3.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: unit},
+		LimitRemaining:     remaining,
+		DurationUntilReset: durationpb.New(reset),
+	}
+}
+
+// assertAnswer requires got to be exactly want, as the peer's tests compare
+// whole answers.
+func assertAnswer(t *testing.T, want, got *rlsv3.RateLimitResponse, msg string) {
+	t.Helper()
+	assert.True(t, proto.Equal(want, got), "%s:\nwant %v\ngot  %v", msg, want, got)
+}
+
+// shopRules is a domain with one limit, 2 a minute per user.
+var shopRules = map[string]string{"shop.yaml": "domain: shop\ndescriptors:\n  - key: user\n    rate_limit: {unit: minute, requests_per_unit: 2}\n"}
+
+// Point 1: a descriptor without entries answers OK, without limit.
+func TestDropInDescriptorWithoutEntries(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
+	for _, domain := range []string{"shop", "nowhere"} {
+		resp := d.ask(t, &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}})
+		assertAnswer(t, &rlsv3.RateLimitResponse{
+			OverallCode: ok,
+			Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: ok}},
+		}, resp, domain)
+	}
+	mixed := req("shop", []string{"user", "u1"})
+	mixed.Descriptors = append([]*ratelimitv3.RateLimitDescriptor{{}}, mixed.Descriptors...)
+	assertAnswer(t, &rlsv3.RateLimitResponse{
+		OverallCode: ok,
+		Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{
+			{Code: ok},
+			limited(ok, "", 2, rlsv3.RateLimitResponse_RateLimit_MINUTE, 1, 15*time.Second),
+		},
+	}, d.ask(t, mixed), "beside a descriptor with entries")
+
+	// The other bad inputs are still refused.
+	noKey := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Value: "v"}},
+	}}}
+	code, httpStatus := d.refusal(t, noKey)
+	assert.Equal(t, codes.InvalidArgument, code)
+	assert.Equal(t, http.StatusBadRequest, httpStatus)
+	code, httpStatus = d.refusal(t, &rlsv3.RateLimitRequest{Domain: "shop"})
+	assert.Equal(t, codes.InvalidArgument, code, "no descriptors at all")
+	assert.Equal(t, http.StatusBadRequest, httpStatus)
+}
+
+// override returns a one-descriptor request of domain whose descriptor
+// overrides the limit.
+func override(domain string, perUnit uint32, unit typev3.RateLimitUnit, kv ...string) *rlsv3.RateLimitRequest {
+	r := req(domain, kv)
+	r.Descriptors[0].Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: perUnit, Unit: unit}
+	return r
+}
+
+// Point 3: request-side limit overrides, with the peer's counters.
+func TestDropInLimitOverride(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
+	const minute, hour = rlsv3.RateLimitResponse_RateLimit_MINUTE, rlsv3.RateLimitResponse_RateLimit_HOUR
+	one := func(st *rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitResponse {
+		code := st.GetCode()
+		return &rlsv3.RateLimitResponse{OverallCode: code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}
+	}
+
+	// In place of the configured 2 a minute, reported as current_limit.
+	for i := range uint32(5) {
+		resp := d.ask(t, override("shop", 5, typev3.RateLimitUnit_MINUTE, "user", "alice"))
+		assertAnswer(t, one(limited(ok, "", 5, minute, 4-i, 15*time.Second)), resp, "override request")
+	}
+	assertAnswer(t, one(limited(over, "", 5, minute, 0, 15*time.Second)),
+		d.ask(t, override("shop", 5, typev3.RateLimitUnit_MINUTE, "user", "alice")), "the 6th")
+	// The counter is named by the domain, the entries and the window, not
+	// by the limit: the configured limit of the same unit sees the same
+	// count, and a higher override the same count against its own limit.
+	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)),
+		d.ask(t, req("shop", []string{"user", "alice"})), "the configured limit, same counter")
+	assertAnswer(t, one(limited(ok, "", 10, minute, 2, 15*time.Second)),
+		d.ask(t, override("shop", 10, typev3.RateLimitUnit_MINUTE, "user", "alice")), "8 counted of 10")
+	// Another unit counts in that unit's window.
+	assertAnswer(t, one(limited(ok, "", 3, hour, 2, 59*time.Minute+15*time.Second)),
+		d.ask(t, override("shop", 3, typev3.RateLimitUnit_HOUR, "user", "alice")), "an hour window of its own")
+
+	// A descriptor that matches no rule gets the override too...
+	for i, code := range []rlsv3.RateLimitResponse_Code{ok, over} {
+		assertAnswer(t, one(limited(code, "", 1, rlsv3.RateLimitResponse_RateLimit_SECOND, 0, time.Second)),
+			d.ask(t, override("shop", 1, typev3.RateLimitUnit_SECOND, "path", "/cart")), fmt.Sprint("unmatched ", i+1))
+	}
+	// ...but not in a domain that is not loaded, as the peer.
+	assertAnswer(t, one(&rlsv3.RateLimitResponse_DescriptorStatus{Code: ok}),
+		d.ask(t, override("nowhere", 1, typev3.RateLimitUnit_SECOND, "path", "/cart")), "unknown domain")
+
+	// Bounds as for configured limits: 0 refuses everything...
+	assert.Equal(t, over, d.ask(t, override("shop", 0, typev3.RateLimitUnit_MINUTE, "user", "zed")).GetOverallCode())
+	// ...and a unit or a limit out of range is a bad request.
+	for _, bad := range []*rlsv3.RateLimitRequest{
+		override("shop", 1, typev3.RateLimitUnit_UNKNOWN, "user", "zed"),
+		override("shop", 1<<31+1, typev3.RateLimitUnit_MINUTE, "user", "zed"),
+	} {
+		code, httpStatus := d.refusal(t, bad)
+		assert.Equal(t, codes.InvalidArgument, code)
+		assert.Equal(t, http.StatusBadRequest, httpStatus)
+	}
+
+	d.clock.Advance(15 * time.Second)
+	assertAnswer(t, one(limited(ok, "", 5, minute, 4, time.Minute)),
+		d.ask(t, override("shop", 5, typev3.RateLimitUnit_MINUTE, "user", "alice")), "a new minute")
+}
+
+// Point 5: header fields only when --envoy-response-headers is on.
+func TestDropInResponseHeaders(t *testing.T) {
+	dir := envoyFolder(t, shopRules)
+	plain := newDropIn(t, "--envoy-config", dir)
+	for i := range 3 {
+		resp := plain.ask(t, req("shop", []string{"user", "u1"}))
+		assert.Empty(t, resp.GetResponseHeadersToAdd(), "request %d", i+1)
+		for _, name := range []string{"RateLimit", "RateLimit-Policy", "Retry-After"} {
+			assert.Empty(t, plain.header.Values(name), "/json request %d: %s", i+1, name)
+		}
+	}
+
+	d := newDropIn(t, "--envoy-config", dir, "--envoy-response-headers")
+	d.ask(t, req("shop", []string{"user", "u1"}))
+	d.ask(t, req("shop", []string{"user", "u1"}))
+	resp := d.ask(t, req("shop", []string{"user", "u1"}))
+	fields := map[string]string{}
+	for _, hv := range resp.GetResponseHeadersToAdd() {
+		fields[hv.GetKey()] = hv.GetValue()
+	}
+	assert.Equal(t, map[string]string{
+		"RateLimit-Policy": `"shop.user";q=2;w=60`,
+		"RateLimit":        `"shop.user";r=0;t=15`,
+		"Retry-After":      "15",
+	}, fields)
+	assert.Equal(t, "15", d.header.Get("Retry-After"), "/json sets them on its answer too")
+	assert.Equal(t, `"shop.user";q=2;w=60`, d.header.Get("RateLimit-Policy"))
+}
+
+// Point 9: a request-level hits_addend of 0 counts one hit; only a
+// descriptor-level 0 checks without counting, over only past the limit.
+func TestDropInHitsAddend(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
+	remaining := func(r *rlsv3.RateLimitRequest) (rlsv3.RateLimitResponse_Code, uint32) {
+		resp := d.ask(t, r)
+		return resp.GetOverallCode(), resp.GetStatuses()[0].GetLimitRemaining()
+	}
+	check := func(user string) *rlsv3.RateLimitRequest {
+		r := req("shop", []string{"user", user})
+		r.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+		return r
+	}
+
+	code, left := remaining(check("a"))
+	assert.Equal(t, []any{ok, uint32(2)}, []any{code, left}, "a check counts nothing")
+	zero := req("shop", []string{"user", "a"}) // hits_addend 0 on the request
+	code, left = remaining(zero)
+	assert.Equal(t, []any{ok, uint32(1)}, []any{code, left}, "a request-level 0 counts one")
+	code, left = remaining(zero)
+	assert.Equal(t, []any{ok, uint32(0)}, []any{code, left})
+	code, left = remaining(check("a"))
+	assert.Equal(t, []any{ok, uint32(0)}, []any{code, left}, "a check at the limit is not over")
+	code, _ = remaining(zero)
+	assert.Equal(t, over, code, "the third hit")
+	code, _ = remaining(check("a"))
+	assert.Equal(t, over, code, "a check past the limit is over")
+
+	two := req("shop", []string{"user", "b"})
+	two.HitsAddend = 2
+	code, left = remaining(two)
+	assert.Equal(t, []any{ok, uint32(0)}, []any{code, left}, "a request-level 2 counts 2")
+}
+
+// Point 10: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+func TestDropInStopCacheKeyIncrementWhenOverLimit(t *testing.T) {
+	dir := envoyFolder(t, map[string]string{"two.yaml": `domain: two
+descriptors:
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: narrow
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`})
+	both := req("two", []string{"wide", "k"}, []string{"narrow", "k"})
+	remainders := func(d *dropIn) []any {
+		resp := d.ask(t, both)
+		return []any{resp.GetOverallCode(), resp.GetStatuses()[0].GetCode(), resp.GetStatuses()[0].GetLimitRemaining(),
+			resp.GetStatuses()[1].GetCode(), resp.GetStatuses()[1].GetLimitRemaining()}
+	}
+
+	t.Run("off: every descriptor is counted", func(t *testing.T) {
+		d := newDropIn(t, "--envoy-config", dir)
+		assert.Equal(t, []any{ok, ok, uint32(3), ok, uint32(1)}, remainders(d))
+		assert.Equal(t, []any{ok, ok, uint32(2), ok, uint32(0)}, remainders(d))
+		assert.Equal(t, []any{over, ok, uint32(1), over, uint32(0)}, remainders(d))
+		assert.Equal(t, []any{over, ok, uint32(0), over, uint32(0)}, remainders(d))
+	})
+	t.Run("on: only the descriptor over its limit is counted", func(t *testing.T) {
+		d := newDropIn(t, "--envoy-config", dir, "--envoy-stop-cache-key-increment-when-overlimit")
+		assert.Equal(t, []any{ok, ok, uint32(3), ok, uint32(1)}, remainders(d))
+		assert.Equal(t, []any{ok, ok, uint32(2), ok, uint32(0)}, remainders(d))
+		assert.Equal(t, []any{over, ok, uint32(2), over, uint32(0)}, remainders(d), "wide is checked, not counted")
+		assert.Equal(t, []any{over, ok, uint32(2), over, uint32(0)}, remainders(d))
+		alone := d.ask(t, req("two", []string{"wide", "k"}))
+		assert.Equal(t, uint32(1), alone.GetStatuses()[0].GetLimitRemaining(), "alone, wide is counted again")
+	})
 }

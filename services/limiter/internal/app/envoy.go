@@ -33,8 +33,10 @@ func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 // envoyOptions are cfg's settings of the Envoy API.
 func envoyOptions(cfg config.Config) envoy.Options {
 	return envoy.Options{
-		MergeDomains:    cfg.EnvoyMergeDomainConfig,
-		DynamicMetadata: cfg.EnvoyResponseDynamicMetadata,
+		MergeDomains:               cfg.EnvoyMergeDomainConfig,
+		ResponseHeaders:            cfg.EnvoyResponseHeaders,
+		DynamicMetadata:            cfg.EnvoyResponseDynamicMetadata,
+		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrementWhenOverLimit,
 	}
 }
 

@@ -73,7 +73,7 @@ func postJSON(t *testing.T, srv *httptest.Server, body string) (*http.Response, 
 // and both count in the same decision metrics.
 func TestJSONAnswersLikeGRPC(t *testing.T) {
 	clock := limitertest.NewClock(t0)
-	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules, "--grpc-addr=127.0.0.1:0"), clock)
+	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules, "--grpc-addr=127.0.0.1:0", "--envoy-response-headers"), clock)
 	client := rlsv3.NewRateLimitServiceClient(grpcClient(t, a))
 	srv := httptest.NewServer(a.Handler())
 	t.Cleanup(srv.Close)

@@ -29,7 +29,8 @@ var errNoReloadSource = errors.New("app: reload: no configuration source (see Wi
 // WithReload lets the app reload its policies and routes: load returns the
 // whole configuration read again (main passes config.Load with the
 // process's arguments and environment), and each value received on signals
-// (main sends SIGHUP there; nil: none) calls Reload.
+// (main sends SIGHUP there; nil: none) calls Reload, as does, while Run
+// serves, a change in the --envoy-config folder (see watchEnvoy).
 func WithReload(load func() (config.Config, error), signals <-chan os.Signal) Option {
 	return func(a *App) { a.load, a.reloadSignals = load, signals }
 }

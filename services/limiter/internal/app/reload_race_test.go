@@ -38,7 +38,7 @@ func TestReloadNeverMixesTwoSnapshotsInOneAnswer(t *testing.T) {
 		return fmt.Sprintf("policies:\n  ping: {limit: %d}\n  api: {algorithm: sliding_window, limit: %d, window: 1m}\n", n, n)
 	}
 	write(0)
-	f := newReloadFixture(t, yaml(0), "--envoy-config", dir)
+	f := newReloadFixture(t, yaml(0), "--envoy-config", dir, "--envoy-response-headers")
 	h := f.app.Handler()
 
 	// The reloader alternates the two configurations until every request

@@ -69,6 +69,14 @@ type Config struct {
 	// descriptors' metadata in dynamic_metadata (envoyproxy/ratelimit's
 	// RESPONSE_DYNAMIC_METADATA).
 	EnvoyResponseDynamicMetadata bool
+	// EnvoyResponseHeaders adds the draft-10 RateLimit-Policy and RateLimit
+	// fields, and Retry-After when over, to the Envoy answers'
+	// response_headers_to_add (off: none, as envoyproxy/ratelimit's default).
+	EnvoyResponseHeaders bool
+	// EnvoyStopIncrementWhenOverLimit counts none of a request's
+	// descriptors but those over their limit when any is (envoyproxy/
+	// ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
+	EnvoyStopIncrementWhenOverLimit bool
 	// RedisPoolSize is the number of connections to Redis per instance; 0
 	// keeps go-redis's default (10 per GOMAXPROCS).
 	RedisPoolSize int

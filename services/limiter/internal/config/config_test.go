@@ -114,6 +114,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
+		"envoy-response-headers": "true", "envoy-stop-cache-key-increment-when-overlimit": "true",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -147,6 +148,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.MemoryRefuseWhenFull)
 		assert.True(t, c.EnvoyMergeDomainConfig)
 		assert.True(t, c.EnvoyResponseDynamicMetadata)
+		assert.True(t, c.EnvoyResponseHeaders)
+		assert.True(t, c.EnvoyStopIncrementWhenOverLimit)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 

@@ -97,6 +97,8 @@ var settings = []setting{
 	}},
 	{"envoy-merge-domain-config", "false", "merge the descriptors of every --envoy-config file of one domain, as envoyproxy/ratelimit's MERGE_DOMAIN_CONFIG; a descriptor defined in two files is still an error. Off: a domain in two files is an error", boolSetter(func(c *Config) *bool { return &c.EnvoyMergeDomainConfig })},
 	{"envoy-response-dynamic-metadata", "false", "Envoy answers carry dynamic_metadata (the domain, the descriptors and the metadata of the matched descriptors that passed), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA", boolSetter(func(c *Config) *bool { return &c.EnvoyResponseDynamicMetadata })},
+	{"envoy-response-headers", "false", "Envoy answers (gRPC and POST /json) carry the IETF draft-10 RateLimit-Policy and RateLimit fields, and Retry-After when over the limit, in response_headers_to_add; off: no header fields, as envoyproxy/ratelimit's default", boolSetter(func(c *Config) *bool { return &c.EnvoyResponseHeaders })},
+	{"envoy-stop-cache-key-increment-when-overlimit", "false", "when a descriptor of an Envoy request would go over its limit, count only the descriptors that do and check the others without counting, as envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", boolSetter(func(c *Config) *bool { return &c.EnvoyStopIncrementWhenOverLimit })},
 	{"trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-For is believed; empty: none, the peer address is the client", func(c *Config, v string) error {
 		var list []string
 		for p := range strings.SplitSeq(v, ",") {

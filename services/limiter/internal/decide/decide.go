@@ -102,7 +102,8 @@ const (
 	// Charge asks Allow: Cost is counted when allowed.
 	Charge Mode = iota
 	// Read asks Peek and counts nothing. With Cost 0 it checks the state:
-	// over when the state refuses. With a Cost above the policy's limit,
+	// over when the state refuses (for fixed_window: when the count is past
+	// the limit, as envoyproxy/ratelimit's check with 0 hits). With a Cost above the policy's limit,
 	// which no wait lets pass, it is over and final. RetryAfter is dropped.
 	Read
 	// Refuse refuses without asking the store (a limit of zero): over and
@@ -208,6 +209,11 @@ func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Ti
 		if c.Mode == Read {
 			r.Decision, err = d.store.Peek(ctx, p, c.Key, now)
 			r.Over = c.Cost > 0 || !r.Allowed
+			if c.Cost == 0 && p.Algorithm == limiter.FixedWindow {
+				// As envoyproxy/ratelimit: adding 0 hits is over only
+				// past the limit, not at it.
+				r.Over = r.Count > p.Limit
+			}
 			r.Final = c.Cost > 0
 			r.RetryAfter = 0
 		} else {

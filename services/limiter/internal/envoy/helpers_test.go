@@ -48,10 +48,11 @@ type server struct {
 	metrics *prometheus.Registry
 }
 
-// fixtures loads testdata/rules.
+// fixtures loads testdata/rules, with the header fields on (off by
+// default; the drop-in tests of the app package cover that).
 func fixtures(t testing.TB) *Rules {
 	t.Helper()
-	r, err := LoadDir(filepath.Join("testdata", "rules"), Options{})
+	r, err := LoadDir(filepath.Join("testdata", "rules"), Options{ResponseHeaders: true})
 	require.NoError(t, err)
 	return r
 }

@@ -3,10 +3,12 @@ package envoy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
@@ -43,18 +45,65 @@ func (r *Rules) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor_
 		if n.share {
 			value = n.value
 		}
-		if i > 0 {
-			subject.WriteByte('&')
-		}
-		subject.WriteString(url.QueryEscape(e.GetKey()))
-		subject.WriteByte('=')
-		subject.WriteString(url.QueryEscape(value))
+		writePair(&subject, i, e.GetKey(), value)
 		lv = n.next
 	}
 	if n == nil || n.limit == nil {
 		return nil, limiter.Key{}
 	}
 	return n.limit, limiter.Key{Subject: boundedSubject(subject.String())}
+}
+
+// writePair writes the i-th entry of a key: key=value, escaped, after a '&'
+// unless it is the first.
+func writePair(b *strings.Builder, i int, key, value string) {
+	if i > 0 {
+		b.WriteByte('&')
+	}
+	b.WriteString(url.QueryEscape(key))
+	b.WriteByte('=')
+	b.WriteString(url.QueryEscape(value))
+}
+
+// Override returns the limit that a descriptor's request-side override
+// (its limit field) asks for, applied as envoyproxy/ratelimit applies it:
+// in place of whatever rule the entries match, for any descriptor of a
+// loaded domain, matched or not. It returns nil for an unknown domain and
+// for a descriptor without entries.
+//
+// The counter is fixed_window and named by the domain, the entries and the
+// unit (see overridePolicy), never by the limit: overrides asking for other
+// limits in the same unit compare the same count with their own limit, and
+// a configured fixed_window limit of the same unit on the same entries (no
+// share_threshold) counts on the same counter, as the peer's cache key
+// (domain, entries, window) is the same for both. A unit outside second to
+// year, or a limit above limiter.MaxLimit, is an error; 0 refuses
+// everything, as in a file.
+func (r *Rules) Override(domain string, d *ratelimitv3.RateLimitDescriptor) (*Limit, limiter.Key, error) {
+	o := d.GetLimit()
+	// The two unit enums number their common values alike (the peer
+	// converts one to the other the same way).
+	u := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	unit, window, ok := unitOf(u)
+	switch {
+	case !ok:
+		return nil, limiter.Key{}, fmt.Errorf("envoy: the limit override's unit %v is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", o.GetUnit())
+	case int64(o.GetRequestsPerUnit()) > limiter.MaxLimit:
+		return nil, limiter.Key{}, fmt.Errorf("envoy: the limit override's requests_per_unit %d is above %d", o.GetRequestsPerUnit(), int64(limiter.MaxLimit))
+	case r.domains[domain] == nil || len(d.GetEntries()) == 0:
+		return nil, limiter.Key{}, nil
+	}
+	var subject strings.Builder
+	for i, e := range d.GetEntries() {
+		writePair(&subject, i, e.GetKey(), e.GetValue())
+	}
+	key := limiter.Key{Subject: boundedSubject(subject.String())}
+	p := overridePolicy(domain, unit, int64(o.GetRequestsPerUnit()))
+	if l, k := r.Match(domain, d.GetEntries()); l != nil && l.stored() && k == key &&
+		l.Policy.Algorithm == limiter.FixedWindow && l.Policy.Window == window {
+		p.Name = l.Policy.Name
+	}
+	return &Limit{Policy: p, Unit: u, RequestsPerUnit: o.GetRequestsPerUnit()}, key, nil
 }
 
 // boundedSubject keeps a key within limiter.MaxKeyLen: a longer one is

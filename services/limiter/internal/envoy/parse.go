@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -140,6 +141,8 @@ func (p *parser) parse(data []byte) (string, level, error) {
 		// Merged: this file's descriptors join the domain's top level, on a
 		// copy so that the loaded rules stay as they are until Add succeeds.
 		lv = p.rules.domains[p.domain].clone()
+	default:
+		p.reserveOverrides()
 	}
 	if !isNull(descriptors) {
 		if err := p.list(descriptors, "descriptors", []string{p.domain}, lv, 1); err != nil {
@@ -147,6 +150,17 @@ func (p *parser) parse(data []byte) (string, level, error) {
 		}
 	}
 	return p.domain, lv, nil
+}
+
+// reserveOverrides adds the policies of the domain's request-side limit
+// overrides (one per unit; see Rules.Override) to the file's, so that they
+// are pruned and no descriptor derives the same name.
+func (p *parser) reserveOverrides() {
+	for _, unit := range unitNames {
+		pol := overridePolicy(p.domain, unit, 1)
+		p.names[pol.Name] = "the request limit overrides of domain " + strconv.Quote(p.domain)
+		p.policies = append(p.policies, pol)
+	}
 }
 
 // fields calls the handler of every key of mapping m, refusing unknown and

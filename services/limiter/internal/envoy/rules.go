@@ -73,6 +73,33 @@ var units = map[string]struct {
 	"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
 }
 
+// unitNames lists the units from the shortest.
+var unitNames = []string{"second", "minute", "hour", "day", "week", "month", "year"}
+
+// unitOf returns the name and window of an Envoy unit; ok is false for
+// UNKNOWN and values outside the enum.
+func unitOf(u rlsv3.RateLimitResponse_RateLimit_Unit) (name string, window time.Duration, ok bool) {
+	for _, name := range unitNames {
+		if units[name].unit == u {
+			return name, units[name].window, true
+		}
+	}
+	return "", 0, false
+}
+
+// overridePolicy is the policy of a request-side limit override of limit
+// per unit in domain: fixed_window, as envoyproxy/ratelimit counts, named by
+// the domain and the unit only, so that every override of one descriptor in
+// one unit counts on one counter whatever limit it asks for.
+func overridePolicy(domain, unit string, limit int64) limiter.Policy {
+	return limiter.Policy{
+		Name:      policyName([]string{domain, "limit_override_" + unit}),
+		Algorithm: limiter.FixedWindow,
+		Limit:     limit,
+		Window:    units[unit].window,
+	}
+}
+
 // Limit is one configured rate_limit: a leaf of a descriptor tree.
 type Limit struct {
 	// Policy is what the store decides with. Its Name, derived from the

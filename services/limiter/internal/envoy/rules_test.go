@@ -33,7 +33,9 @@ func TestFixturesBecomePolicies(t *testing.T) {
 		byName["platform.tenant.plan_free"])
 	assert.NotContains(t, byName, "edge.customer_banned", "a blocking limit never reaches the store")
 	assert.NotContains(t, byName, "platform.internal", "nor does an unlimited one")
-	assert.Len(t, byName, 14)
+	assert.Len(t, byName, 14+3*7, "14 descriptors, and 7 units of limit overrides in each of 3 domains")
+	assert.Equal(t, limiter.Policy{Name: "edge.limit_override_hour", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour},
+		byName["edge.limit_override_hour"])
 }
 
 func TestUnitsMapToWholeSecondWindows(t *testing.T) {
@@ -228,10 +230,14 @@ func TestLoadDir(t *testing.T) {
 	})
 }
 
+// policyNames lists the names of the policies that descriptors derive
+// (not the reserved ones of limit overrides).
 func policyNames(r *Rules) []string {
 	var names []string
 	for _, p := range r.Policies() {
-		names = append(names, p.Name)
+		if !strings.Contains(p.Name, ".limit_override_") {
+			names = append(names, p.Name)
+		}
 	}
 	return names
 }

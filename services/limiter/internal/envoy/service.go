@@ -39,15 +39,28 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // Decide decides every descriptor of req with dec (each is one limit; all
 // of them are counted) and answers OVER_LIMIT when any non-shadow limit is
-// over. A descriptor whose domain or entries match no rate_limit, an
-// unlimited one, and one whose limit another matched limit replaces answer
-// OK without current_limit. The cost of a descriptor is its hits_addend
-// when set (0 checks without counting), else the request's hits_addend,
-// else 1. Both transports, gRPC and POST /json, answer through it.
+// over, as envoyproxy/ratelimit does. Both transports, gRPC and POST /json,
+// answer through it.
+//
+//   - A descriptor's limit is its request-side override when it has one
+//     (see Rules.Override), else the rule its entries match (Rules.Match).
+//     One that matches nothing (an unknown domain, no rule, no entries), an
+//     unlimited one, and one whose limit another matched limit replaces
+//     answer OK without current_limit.
+//   - Its cost is its hits_addend when set (0 checks without counting:
+//     over only when the key is already past its limit), else the
+//     request's hits_addend if above 0, else 1. A cost above the limit is
+//     over and not counted (a store bounds a cost by the limit; the peer
+//     counts it).
+//   - With Options.StopIncrementWhenOverLimit, when any descriptor would go
+//     over its limit, only those are counted; the others are checked
+//     without counting (see stopIncrement).
+//   - The answer carries header fields only with Options.ResponseHeaders,
+//     and dynamic_metadata only with Options.DynamicMetadata.
 //
 // Errors are gRPC statuses: InvalidArgument for an empty domain, no
-// descriptors, an entry without key, a descriptor that overrides the limit
-// or asks for negative hits (not supported); Unavailable when the store
+// descriptors, an entry without key, a bad limit override, negative hits
+// (not supported) or a request over the bounds; Unavailable when the store
 // cannot decide (Envoy then applies its failure_mode_deny).
 func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
@@ -57,7 +70,14 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 	keys := make([]limiter.Key, len(limits))
 	replaced := map[string]bool{}
 	for i, desc := range req.GetDescriptors() {
-		limits[i], keys[i] = rules.Match(req.GetDomain(), desc.GetEntries())
+		if desc.GetLimit() != nil {
+			var err error
+			if limits[i], keys[i], err = rules.Override(req.GetDomain(), desc); err != nil {
+				return nil, status.Error(codes.InvalidArgument, err.Error())
+			}
+		} else {
+			limits[i], keys[i] = rules.Match(req.GetDomain(), desc.GetEntries())
+		}
 		if limits[i] != nil {
 			for _, name := range limits[i].Replaces {
 				replaced[name] = true
@@ -90,15 +110,57 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		checks = append(checks, c)
 		index = append(index, i)
 	}
+	if rules.opts.StopIncrementWhenOverLimit {
+		if err := stopIncrement(ctx, dec, checks); err != nil {
+			return nil, unavailable(err)
+		}
+	}
 	v, err := dec.Each(ctx, checks)
 	if err != nil {
-		return nil, status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
+		return nil, unavailable(err)
 	}
-	resp := answer(limits, index, v)
+	resp := answer(limits, index, v, rules.opts.ResponseHeaders)
 	if rules.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, limits, index, v)
 	}
 	return resp, nil
+}
+
+func unavailable(err error) error {
+	return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
+}
+
+// stopIncrement applies STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT to checks,
+// as envoyproxy/ratelimit does: it reads every check first; when one or
+// more would be over their limit with their cost added (a limit of zero
+// and a cost above the limit always are; shadow limits count too), those
+// stay as they are and every other one becomes a check without counting,
+// answered from the count as it is. When none would, nothing changes. Like the peer's, the read and
+// the count are two steps: a concurrent request can slip between them.
+func stopIncrement(ctx context.Context, dec *decide.Decider, checks []decide.Check) error {
+	over := make([]bool, len(checks))
+	anyOver := false
+	for j, c := range checks {
+		if c.Mode == decide.Refuse || c.Cost > c.Policy.Limit {
+			over[j] = true
+		} else {
+			d, err := dec.Peek(ctx, c.Policy, c.Key)
+			if err != nil {
+				return err
+			}
+			over[j] = d.Count+c.Cost > c.Policy.Limit
+		}
+		anyOver = anyOver || over[j]
+	}
+	if !anyOver {
+		return nil
+	}
+	for j := range checks {
+		if checks[j].Mode == decide.Charge && !over[j] {
+			checks[j].Mode, checks[j].Cost = decide.Read, 0
+		}
+	}
+	return nil
 }
 
 // Bounds of one request: every descriptor is one store decision, so a
@@ -121,13 +183,17 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	case len(req.GetDescriptors()) > MaxDescriptors:
 		return invalid(fmt.Sprintf("%d descriptors in one request; at most %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
-	if err := req.Validate(); err != nil {
-		return invalid(err.Error())
-	}
-	for _, d := range req.GetDescriptors() {
+	for i, d := range req.GetDescriptors() {
+		// The generated rules, but the one that wants an entry: the peer
+		// answers a descriptor without entries (OK, no limit).
+		err := d.Validate()
+		if len(d.GetEntries()) == 0 {
+			err = d.GetLimit().Validate()
+		}
+		if err != nil {
+			return invalid(fmt.Sprintf("descriptor %d: %v", i, err))
+		}
 		switch {
-		case d.GetLimit() != nil:
-			return invalid("descriptor limit overrides are not supported; configure the limit in the rules")
 		case d.GetIsNegativeHits():
 			return invalid("negative hits are not supported")
 		case len(d.GetEntries()) > MaxEntries:
@@ -138,10 +204,11 @@ func validate(req *rlsv3.RateLimitRequest) error {
 }
 
 // answer builds the response from the verdict v of the checks of the
-// descriptors index names: one status per descriptor, the overall code, and
-// the header fields (RateLimit-Policy, RateLimit, plus Retry-After when over
-// the limit) for Envoy to add to the client's response.
-func answer(limits []*Limit, index []int, v decide.Verdict) *rlsv3.RateLimitResponse {
+// descriptors index names: one status per descriptor, the overall code,
+// and, when headers is true, the header fields (RateLimit-Policy,
+// RateLimit, plus Retry-After when over the limit) for Envoy to add to the
+// client's response.
+func answer(limits []*Limit, index []int, v decide.Verdict, headers bool) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits)),
@@ -167,7 +234,7 @@ func answer(limits []*Limit, index []int, v decide.Verdict) *rlsv3.RateLimitResp
 		}
 	}
 	h := v.Header
-	if h.Policy == "" {
+	if !headers || h.Policy == "" {
 		return resp
 	}
 	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{

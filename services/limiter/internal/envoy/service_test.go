@@ -11,6 +11,7 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -269,8 +270,10 @@ func TestUnknownDomainAndUnmatchedDescriptorsAreOK(t *testing.T) {
 func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 	s := serve(t, fixtures(t), stores["memory"](t))
 	noKey := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Value: "v"}}}
-	override := entries("customer", "vip")
-	override.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	noUnit := entries("customer", "vip")
+	noUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
+	tooHigh := entries("customer", "vip")
+	tooHigh.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: math.MaxUint32, Unit: typev3.RateLimitUnit_SECOND}
 	negative := entries("customer", "vip")
 	negative.IsNegativeHits = true
 	many := make([]*ratelimitv3.RateLimitDescriptor, MaxDescriptors+1)
@@ -289,9 +292,9 @@ func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 	}{
 		{"empty descriptor list", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument, "descriptor list must not be empty"},
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("a", "b")}}, codes.InvalidArgument, "domain must not be empty"},
-		{"descriptor without entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{{}}}, codes.InvalidArgument, "Entries"},
 		{"entry without key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{noKey}}, codes.InvalidArgument, "Key"},
-		{"limit override", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{override}}, codes.InvalidArgument, "overrides are not supported"},
+		{"limit override without unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{noUnit}}, codes.InvalidArgument, "unit UNKNOWN is not one of SECOND"},
+		{"limit override above the bound", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tooHigh}}, codes.InvalidArgument, "requests_per_unit 4294967295 is above 2147483648"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}}, codes.InvalidArgument, "negative hits"},
 		{"too many descriptors", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: many}, codes.InvalidArgument, "65 descriptors in one request; at most 64"},
 		{"too many entries", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{wide}}, codes.InvalidArgument, "33 entries in one descriptor; at most 32"},
