@@ -25,11 +25,13 @@ run: build ## serve on 127.0.0.1:8080 with the embedded SQLite store (./data/lim
 	$(BIN)/limiter
 
 .PHONY: test
-test: build ## run every module's tests with the race detector
-	@set -e; for m in $(MODULES); do \
+test: build ## run every module's tests with the race detector; list every failing module at the end
+	@failed=""; for m in $(MODULES); do \
 		echo "== $$m"; \
-		(cd $$m && LIMITER_BIN=$(BIN)/limiter $(GO) test $(TESTFLAGS) ./...); \
-	done
+		(cd $$m && LIMITER_BIN=$(BIN)/limiter $(GO) test $(TESTFLAGS) ./...) || failed="$$failed $$m"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "FAIL: tests failed in:$$failed"; exit 1; fi; \
+	echo "ok: every module passed"
 
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on every module
