@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -23,30 +19,6 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 )
-
-// startEnvoyProcess starts the binary with args and returns its gRPC
-// address, read from its first log line. The process is killed at cleanup.
-func startEnvoyProcess(t *testing.T, bin string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	logs := bufio.NewScanner(stderr)
-	require.True(t, logs.Scan(), "the binary logs where it listens")
-	var first struct {
-		Msg      string
-		GRPCAddr string `json:"grpc_addr"`
-	}
-	require.NoError(t, json.Unmarshal(logs.Bytes(), &first), logs.Text())
-	require.Equal(t, "listening", first.Msg)
-	go func() { _, _ = io.Copy(io.Discard, stderr) }() // the access log must not block
-	return first.GRPCAddr
-}
 
 // TestEnvoyAPIIsExactAcrossProcessesOnOneRedis starts two services on one
 // Redis and sends 400 concurrent ShouldRateLimit calls, half to each, every
@@ -67,12 +39,11 @@ descriptors:
     rate_limit: {unit: day, requests_per_unit: 100, algorithm: sliding_log}
 `, domain)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "exact.yaml"), []byte(rules), 0o600))
-	bin := binary(t)
 	var clients []rlsv3.RateLimitServiceClient
 	for range 2 {
-		addr := startEnvoyProcess(t, bin, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=redis",
-			"--redis-url="+redis.URL(), "--redis-timeout=5s", "--envoy-config="+dir, "--log-format=json")
-		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		in := startProcess(t, append([]string{"--grpc-addr=127.0.0.1:0", "--store=redis",
+			"--redis-url=" + redis.URL(), "--envoy-config=" + dir}, generous...))
+		conn, err := grpc.NewClient(in.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = conn.Close() })
 		clients = append(clients, rlsv3.NewRateLimitServiceClient(conn))

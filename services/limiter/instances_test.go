@@ -67,7 +67,8 @@ func removeSharedBinary() {
 
 // instance is one running service process.
 type instance struct {
-	url string // http://127.0.0.1:PORT
+	url      string // http://127.0.0.1:PORT
+	grpcAddr string // empty unless --grpc-addr was given
 
 	mu   sync.Mutex
 	logs strings.Builder // stderr: one JSON object per line
@@ -89,13 +90,25 @@ func (in *instance) logCount(prefix string) int {
 
 // startInstance starts the service on a free port with the redis store at
 // srv, the YAML policies and the extra flags; env adds to the environment
-// (LIMITER_TEST_CLOCK_OFFSET). It is stopped with SIGTERM at cleanup.
+// (LIMITER_TEST_CLOCK_OFFSET). It returns once the instance is ready and
+// stops it with SIGTERM at cleanup.
 func startInstance(t *testing.T, srv *redistest.Server, policies string, flags []string, env ...string) *instance {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "limiter.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(policies), 0o600))
-	args := append([]string{"--addr=127.0.0.1:0", "--log-format=json", "--store=redis",
-		"--redis-url=" + srv.URL(), "--config=" + cfg}, flags...)
+	args := append([]string{"--store=redis", "--redis-url=" + srv.URL(), "--config=" + cfg}, flags...)
+	return startProcess(t, args, env...)
+}
+
+// startProcess starts the binary with --addr=127.0.0.1:0 --log-format=json
+// and args, env adding to the environment. It reads the addresses from the
+// "listening" line wherever it comes among the logs (a warning may come
+// first on a busy machine), then waits, polling, until /readyz answers 200:
+// a test starts from a ready instance, not from a log line's position. The
+// process is stopped with SIGTERM at cleanup.
+func startProcess(t *testing.T, args []string, env ...string) *instance {
+	t.Helper()
+	args = append([]string{"--addr=127.0.0.1:0", "--log-format=json"}, args...)
 	cmd := exec.Command(sharedBinary(t), args...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
@@ -103,7 +116,12 @@ func startInstance(t *testing.T, srv *redistest.Server, policies string, flags [
 	require.NoError(t, cmd.Start())
 
 	in := &instance{}
-	listening := make(chan string, 1)
+	type listeningLine struct {
+		Msg      string
+		Addr     string
+		GRPCAddr string `json:"grpc_addr"`
+	}
+	listening := make(chan listeningLine, 1)
 	copied := make(chan struct{})
 	go func() {
 		defer close(copied)
@@ -113,9 +131,9 @@ func startInstance(t *testing.T, srv *redistest.Server, policies string, flags [
 			in.logs.Write(lines.Bytes())
 			in.logs.WriteByte('\n')
 			in.mu.Unlock()
-			var l struct{ Msg, Addr string }
+			var l listeningLine
 			if json.Unmarshal(lines.Bytes(), &l) == nil && l.Msg == "listening" {
-				listening <- l.Addr
+				listening <- l
 			}
 		}
 		_, _ = io.Copy(io.Discard, stderr)
@@ -140,12 +158,20 @@ func startInstance(t *testing.T, srv *redistest.Server, policies string, flags [
 		<-copied
 	})
 	select {
-	case addr := <-listening:
-		in.url = "http://" + addr
+	case l := <-listening:
+		in.url, in.grpcAddr = "http://"+l.Addr, l.GRPCAddr
 	case <-copied:
 		t.Fatalf("the service exited before listening; logs:\n%s", in.logs.String())
 	case <-time.After(30 * time.Second): // a hang guard
 		t.Fatal("the service did not start listening")
+	}
+	for deadline := time.Now().Add(30 * time.Second); ready(t, in) != http.StatusOK; {
+		if time.Now().After(deadline) { // a hang guard, not a timing assertion
+			in.mu.Lock()
+			defer in.mu.Unlock()
+			t.Fatalf("the service did not become ready; logs:\n%s", in.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	return in
 }
