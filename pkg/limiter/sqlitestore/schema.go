@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS api_calls (
     endpoint  TEXT NOT NULL,
     called_at TEXT NOT NULL
 );
+CREATE INDEX IF NOT EXISTS idx_api_calls_called_at ON api_calls (called_at);
 `
 
 // stmts holds the store's statements prepared on one handle: the writer's

@@ -40,6 +40,8 @@ const (
 	DefaultBusyTimeout = 5 * time.Second
 	DefaultSynchronous = "NORMAL"
 	DefaultMaxBatch    = 256
+	// DefaultAuditRetention is how long api_calls rows are kept.
+	DefaultAuditRetention = 24 * time.Hour
 )
 
 // poolConns bounds each connection pool beside the writer's connection: the
@@ -47,9 +49,10 @@ const (
 const poolConns = 4
 
 type config struct {
-	busyTimeout time.Duration
-	synchronous string
-	maxBatch    int
+	busyTimeout    time.Duration
+	synchronous    string
+	maxBatch       int
+	auditRetention time.Duration
 }
 
 // Option configures Open.
@@ -76,6 +79,13 @@ func WithSynchronous(mode string) Option {
 // disables group commit.
 func WithMaxBatch(n int) Option {
 	return func(c *config) { c.maxBatch = n }
+}
+
+// WithAuditRetention sets how long the audit rows (api_calls) are kept:
+// Prune deletes those written at or before now − d. Default 24h;
+// d <= 0 is refused by Open.
+func WithAuditRetention(d time.Duration) Option {
+	return func(c *config) { c.auditRetention = d }
 }
 
 // Store is a limiter.Store on one SQLite file. It is safe for concurrent use,
@@ -107,7 +117,7 @@ var _ limiter.Store = (*Store)(nil)
 // if missing, and starts the writer. path is a file name, never ":memory:".
 // Call Close to stop the writer and release the file.
 func Open(path string, opts ...Option) (*Store, error) {
-	cfg := config{busyTimeout: DefaultBusyTimeout, synchronous: DefaultSynchronous, maxBatch: DefaultMaxBatch}
+	cfg := config{busyTimeout: DefaultBusyTimeout, synchronous: DefaultSynchronous, maxBatch: DefaultMaxBatch, auditRetention: DefaultAuditRetention}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -120,6 +130,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: open: synchronous %q: want NORMAL or FULL", cfg.synchronous)
 	case cfg.maxBatch < 1:
 		return nil, fmt.Errorf("sqlitestore: open: max batch %d: want at least 1", cfg.maxBatch)
+	case cfg.auditRetention <= 0:
+		return nil, fmt.Errorf("sqlitestore: open: audit retention %s: want a positive duration", cfg.auditRetention)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -150,10 +162,14 @@ func (s *Store) open(cfg config) error {
 	if s.wconn, err = s.db.Conn(ctx); err != nil {
 		return unavailable(err)
 	}
+	vacuumed, err := incrementalVacuum(ctx, s.wconn)
+	if err != nil {
+		return err
+	}
 	if err := createSchema(ctx, s.wconn); err != nil {
 		return err
 	}
-	if s.w, err = newWriter(ctx, s.wconn, cfg.maxBatch); err != nil {
+	if s.w, err = newWriter(ctx, s.wconn, cfg, vacuumed); err != nil {
 		return err
 	}
 	if s.rw, err = prepare(ctx, s.db); err != nil {
@@ -183,6 +199,43 @@ func createSchema(ctx context.Context, c *sql.Conn) error {
 	}
 	return nil
 }
+
+// incrementalVacuum makes the file give the pages that Prune frees back to
+// the file system (auto_vacuum=INCREMENTAL, then each prune runs
+// incremental_vacuum). A file without tables (a new one) is converted at
+// once, which costs nothing. A file created without the mode needs one
+// VACUUM, which rewrites the whole file and needs as much free disk again:
+// that is left to the first prune (writer.afterPrune), so that a start
+// never waits for it nor fails for it. It reports whether the file is in an
+// auto_vacuum mode.
+func incrementalVacuum(ctx context.Context, c *sql.Conn) (bool, error) {
+	var mode, tables int64
+	if err := c.QueryRowContext(ctx, "PRAGMA auto_vacuum").Scan(&mode); err != nil {
+		return false, fmt.Errorf("auto_vacuum: %w", unavailable(err))
+	}
+	if mode != autoVacuumNone {
+		return true, nil // INCREMENTAL, or FULL, which shrinks the file by itself
+	}
+	if err := c.QueryRowContext(ctx, "SELECT COUNT(*) FROM sqlite_master").Scan(&tables); err != nil {
+		return false, fmt.Errorf("auto_vacuum: %w", unavailable(err))
+	}
+	if tables > 0 {
+		return false, nil
+	}
+	if err := convert(ctx, c); err != nil {
+		return false, fmt.Errorf("auto_vacuum: %w", unavailable(err))
+	}
+	return true, nil
+}
+
+// convert rewrites the file in auto_vacuum=INCREMENTAL mode.
+func convert(ctx context.Context, c *sql.Conn) error {
+	_, err := c.ExecContext(ctx, "PRAGMA auto_vacuum = INCREMENTAL; VACUUM")
+	return err
+}
+
+// autoVacuumNone is PRAGMA auto_vacuum's value for a file that never shrinks.
+const autoVacuumNone = 0
 
 // dsn is the file URI of path with the store's pragmas. The path is escaped,
 // so names holding '?', '#' or '%' open the file they name.

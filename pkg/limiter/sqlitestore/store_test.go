@@ -124,6 +124,7 @@ func TestSchema(t *testing.T) {
 	objects := queryStrings(t, db, `SELECT type || ' ' || name FROM sqlite_master
 		WHERE name NOT LIKE 'sqlite_%' ORDER BY type, name`)
 	assert.Equal(t, []string{
+		"index idx_api_calls_called_at",
 		"index idx_rate_events_user_endpoint",
 		"index idx_rl_key_window",
 		"table api_calls",
@@ -146,6 +147,7 @@ func TestSchema(t *testing.T) {
 	assert.Equal(t, []string{"policy", "user_id", "endpoint", "created_at"},
 		queryStrings(t, db, "SELECT name FROM pragma_index_info('idx_rate_events_user_endpoint') ORDER BY seqno"))
 	assert.Equal(t, []string{"wal"}, queryStrings(t, db, "PRAGMA journal_mode"))
+	assert.Equal(t, int64(2), queryInt(t, db, "PRAGMA auto_vacuum"), "INCREMENTAL")
 
 	// A second store on the open file, and a reopened file, find the schema
 	// in place and keep it as it is.

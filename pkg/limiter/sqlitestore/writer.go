@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
@@ -41,21 +42,30 @@ type result struct {
 
 // writer owns the store's one write connection and its statements.
 type writer struct {
+	conn                    *sql.Conn
 	q                       *stmts
 	begin, commit, rollback *sql.Stmt
+	pruneAudit              *sql.Stmt // (cutoff) deletes api_calls rows at or before it
+	shrink                  *sql.Stmt // moves free pages to the end of the file and cuts them off
+	auditRetention          time.Duration
+	vacuumed                bool // the file is in an auto_vacuum mode; see incrementalVacuum
 	batch                   []*op
 }
 
-func newWriter(ctx context.Context, c *sql.Conn, maxBatch int) (*writer, error) {
+func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*writer, error) {
 	q, err := prepare(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{q: q, batch: make([]*op, 0, maxBatch)}
+	w := &writer{conn: c, q: q, auditRetention: cfg.auditRetention, vacuumed: vacuumed, batch: make([]*op, 0, cfg.maxBatch)}
 	for _, tx := range []struct {
 		dst   **sql.Stmt
 		query string
-	}{{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"}} {
+	}{
+		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
+		{&w.pruneAudit, "DELETE FROM api_calls WHERE called_at <= ?"},
+		{&w.shrink, "PRAGMA incremental_vacuum"},
+	} {
 		if *tx.dst, err = c.PrepareContext(ctx, tx.query); err != nil {
 			return nil, errors.Join(fmt.Errorf("prepare: %w", err), w.close())
 		}
@@ -66,7 +76,7 @@ func newWriter(ctx context.Context, c *sql.Conn, maxBatch int) (*writer, error) 
 // close closes the writer's statements.
 func (w *writer) close() error {
 	errs := []error{w.q.close()}
-	for _, st := range []*sql.Stmt{w.begin, w.commit, w.rollback} {
+	for _, st := range []*sql.Stmt{w.begin, w.commit, w.rollback, w.pruneAudit, w.shrink} {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -106,6 +116,7 @@ func (w *writer) run(s *Store) {
 				w.apply(batch[i : i+1])
 			}
 		}
+		w.afterPrune(batch)
 		s.applied.Add(int64(len(batch)))
 		for _, o := range batch {
 			o.done <- struct{}{}
@@ -168,9 +179,65 @@ func (w *writer) do(ctx context.Context, o *op) result {
 	case opResetSubject:
 		r.n, r.err = w.q.resetSubjectRows(ctx, o.policy, o.req.Key.Subject)
 	case opPrune:
-		r.n, r.err = w.q.pruneRows(ctx, o.req.Now, o.policies)
+		r.n, r.err = w.prune(ctx, o.req.Now, o.policies)
 	case opPing:
 		// The write lock taken by BEGIN IMMEDIATE is the proof.
 	}
 	return r
+}
+
+// prune deletes the expired state of policies and the audit rows older than
+// the retention, then moves the pages this freed to the end of the file,
+// where the next checkpoint cuts them off (afterPrune).
+func (w *writer) prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
+	n, err := w.q.pruneRows(ctx, now, policies)
+	if err != nil {
+		return 0, err
+	}
+	audit, err := affected(ctx, w.pruneAudit, limiter.EventTimeText(now.Add(-w.auditRetention)))
+	if err != nil {
+		return 0, fmt.Errorf("audit: %w", err)
+	}
+	if _, err := w.shrink.ExecContext(ctx); err != nil {
+		return 0, fmt.Errorf("incremental vacuum: %w", err)
+	}
+	return n + audit, nil
+}
+
+// afterPrune, when batch holds a prune that committed, gives the freed space
+// back to the file system: it converts a file that has no auto_vacuum mode
+// yet (one VACUUM), then checkpoints the WAL into the file and truncates
+// both. A failure is reported to the prune; its deletions stay committed.
+func (w *writer) afterPrune(batch []*op) {
+	var pruned []*op
+	for _, o := range batch {
+		if o.kind == opPrune && o.res.err == nil {
+			pruned = append(pruned, o)
+		}
+	}
+	if len(pruned) == 0 {
+		return
+	}
+	ctx := context.Background()
+	var err error
+	if !w.vacuumed {
+		if err = convert(ctx, w.conn); err == nil {
+			w.vacuumed = true
+		} else {
+			err = fmt.Errorf("vacuum into auto_vacuum=INCREMENTAL: %w", err)
+		}
+	}
+	if err == nil {
+		// Busy (a reader in another process) is not an error: the file
+		// shrinks at a later checkpoint.
+		var busy, frames, done int64
+		if err = w.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done); err != nil {
+			err = fmt.Errorf("checkpoint: %w", err)
+		}
+	}
+	if err != nil {
+		for _, o := range pruned {
+			o.res = result{err: fmt.Errorf("after prune: %w", unavailable(err))}
+		}
+	}
 }

@@ -1,0 +1,126 @@
+package sqlitestore_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
+)
+
+// fileBytes returns the size of the database file plus its WAL.
+func fileBytes(t testing.TB, path string) int64 {
+	t.Helper()
+	var total int64
+	for _, name := range []string{path, path + "-wal"} {
+		fi, err := os.Stat(name)
+		if os.IsNotExist(err) {
+			continue
+		}
+		require.NoError(t, err)
+		total += fi.Size()
+	}
+	return total
+}
+
+// flood makes n allowed attempts with audit rows, each on its own long key,
+// at now.
+func flood(t testing.TB, s *sqlitestore.Store, p limiter.Policy, n int, now time.Time) {
+	t.Helper()
+	ctx := context.Background()
+	pad := strings.Repeat("x", 200)
+	for i := range n {
+		key := limiter.Key{Subject: pad + "-" + string(rune('a'+i%26)) + "-" + time.Duration(i).String()}
+		d, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: now, Audit: "/ping"})
+		require.NoError(t, err)
+		require.True(t, d.Allowed)
+	}
+}
+
+// TestAuditRowsArePrunedAfterTheRetention: api_calls rows older than the
+// retention go with the rest of the expired state; newer ones stay.
+func TestAuditRowsArePrunedAfterTheRetention(t *testing.T) {
+	for _, tt := range []struct {
+		name      string
+		opts      []sqlitestore.Option
+		retention time.Duration
+	}{
+		{"default", nil, sqlitestore.DefaultAuditRetention},
+		{"one hour", []sqlitestore.Option{sqlitestore.WithAuditRetention(time.Hour)}, time.Hour},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, path := newStore(t, tt.opts...)
+			db := rawDB(t, path)
+			ctx := context.Background()
+			p := policy("ping", limiter.FixedWindow, 10)
+			for _, at := range []time.Time{t0.Add(-tt.retention - time.Second), t0.Add(-tt.retention), t0.Add(-tt.retention + time.Second), t0} {
+				_, err := s.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: "c"}, Cost: 1, Now: at, Audit: "/ping"})
+				require.NoError(t, err)
+			}
+			n, err := s.Prune(ctx, t0, []limiter.Policy{p})
+			require.NoError(t, err)
+			assert.Equal(t, []string{limiter.EventTimeText(t0.Add(-tt.retention + time.Second)), limiter.EventTimeText(t0)},
+				queryStrings(t, db, "SELECT called_at FROM api_calls ORDER BY called_at"))
+			assert.Equal(t, int64(2+1), n, "two audit rows and the window of the first three (the one of t0 stays)")
+		})
+	}
+}
+
+// TestPruneGivesTheSpaceBack floods the file with long keys, then prunes
+// everything: the file (database plus WAL) shrinks to a fraction of its
+// peak, because freed pages go back to the file system.
+func TestPruneGivesTheSpaceBack(t *testing.T) {
+	n := 20_000
+	if raceEnabled || testing.Short() {
+		n = 4_000
+	}
+	s, path := newStore(t, sqlitestore.WithAuditRetention(time.Hour))
+	p := policy("ping", limiter.FixedWindow, 10)
+	flood(t, s, p, n, t0)
+	peak := fileBytes(t, path)
+	require.Greater(t, peak, int64(n*200), "each key takes its bytes at least once")
+
+	removed, err := s.Prune(context.Background(), t0.Add(2*time.Hour), []limiter.Policy{p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2*n), removed, "a window row and an audit row per key")
+	after := fileBytes(t, path)
+	assert.Less(t, after, peak/4, "peak %d bytes, after prune %d", peak, after)
+	t.Logf("%d keys: peak %d bytes, after prune %d bytes", n, peak, after)
+}
+
+// TestPruneConvertsAnOldFile: a file created before auto_vacuum (by an
+// older version, or by hand) opens as it is, and the first prune converts
+// it, after which it shrinks like a new one.
+func TestPruneConvertsAnOldFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	old := rawDB(t, path)
+	_, err := old.Exec("PRAGMA journal_mode = WAL; CREATE TABLE api_calls (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, endpoint TEXT NOT NULL, called_at TEXT NOT NULL)")
+	require.NoError(t, err)
+	require.Equal(t, int64(0), queryInt(t, old, "PRAGMA auto_vacuum"), "NONE, as before this version")
+	require.NoError(t, old.Close())
+
+	s := open(t, path, sqlitestore.WithAuditRetention(time.Hour))
+	db := rawDB(t, path)
+	assert.Equal(t, int64(0), queryInt(t, db, "PRAGMA auto_vacuum"), "a start does not rewrite the file")
+	p := policy("ping", limiter.FixedWindow, 10)
+	flood(t, s, p, 2_000, t0)
+	peak := fileBytes(t, path)
+
+	_, err = s.Prune(context.Background(), t0.Add(2*time.Hour), []limiter.Policy{p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), queryInt(t, rawDB(t, path), "PRAGMA auto_vacuum"), "INCREMENTAL after the first prune")
+	assert.Less(t, fileBytes(t, path), peak/4)
+
+	flood(t, s, p, 2_000, t0.Add(3*time.Hour))
+	peak = fileBytes(t, path)
+	_, err = s.Prune(context.Background(), t0.Add(5*time.Hour), []limiter.Policy{p})
+	require.NoError(t, err)
+	assert.Less(t, fileBytes(t, path), peak/4, "and at every prune after it")
+}
