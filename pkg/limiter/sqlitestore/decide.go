@@ -188,27 +188,6 @@ func (q *stmts) resetSubjectRows(ctx context.Context, p limiter.Policy, subject 
 	return execAll(ctx, q.resetSubject[:], p.Name, subject)
 }
 
-// pruneRows deletes, for each policy, the rows that can no longer affect a
-// decision at now.
-func (q *stmts) pruneRows(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
-	var total int64
-	for _, p := range policies {
-		cutoffs := [3]any{
-			limiter.WindowStartText(now.Add(-2 * p.Window)),
-			limiter.EventTimeText(now.Add(-p.Window)),
-			now.UnixNano(),
-		}
-		for i, st := range q.prune {
-			n, err := affected(ctx, st, p.Name, cutoffs[i])
-			if err != nil {
-				return 0, err
-			}
-			total += n
-		}
-	}
-	return total, nil
-}
-
 // execAll runs each statement with args and returns the rows they affected.
 func execAll(ctx context.Context, sts []*sql.Stmt, args ...any) (int64, error) {
 	var total int64

@@ -42,6 +42,10 @@ CREATE TABLE IF NOT EXISTS api_calls (
     called_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS idx_api_calls_called_at ON api_calls (called_at);
+CREATE TABLE IF NOT EXISTS store_health (
+    id    INTEGER PRIMARY KEY CHECK (id = 1),
+    pings INTEGER NOT NULL
+);
 `
 
 // stmts holds the store's statements prepared on one handle: the writer's
@@ -65,8 +69,6 @@ type stmts struct {
 	// Reset: (policy, key, endpoint); ResetSubject: (policy, key).
 	resetKey     [3]*sql.Stmt
 	resetSubject [3]*sql.Stmt
-	// Prune: (policy, cutoff) for windows, events, buckets in that order.
-	prune [3]*sql.Stmt
 }
 
 // preparer is what *sql.DB and *sql.Conn have in common.
@@ -107,9 +109,6 @@ func (q *stmts) defs() []struct {
 		{&q.resetSubject[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND key = ?`},
 		{&q.resetSubject[1], `DELETE FROM rate_events WHERE policy = ? AND user_id = ?`},
 		{&q.resetSubject[2], `DELETE FROM rate_buckets WHERE policy = ? AND key = ?`},
-		{&q.prune[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND window_start < ?`},
-		{&q.prune[1], `DELETE FROM rate_events WHERE policy = ? AND created_at <= ?`},
-		{&q.prune[2], `DELETE FROM rate_buckets WHERE policy = ? AND tat <= ?`},
 	}
 }
 

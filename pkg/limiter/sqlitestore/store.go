@@ -32,7 +32,6 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 // Defaults of the options.
@@ -53,6 +52,7 @@ type config struct {
 	synchronous    string
 	maxBatch       int
 	auditRetention time.Duration
+	diskReserve    int64
 }
 
 // Option configures Open.
@@ -88,17 +88,42 @@ func WithAuditRetention(d time.Duration) Option {
 	return func(c *config) { c.auditRetention = d }
 }
 
+// WithDiskReserve keeps a file of n bytes beside the database (its name
+// plus "-reserve") as room to recover from a full disk. When a write fails
+// because the disk is full, the store deletes that file, checkpoints the
+// WAL into the database with the room it gave, and then refuses every
+// decision (limiter.ErrUnavailable, "disk full", and Ping fails too) while
+// prunes and resets still run: they free pages without needing new ones.
+// Each prune tries to write the reserve again; once it can, decisions
+// resume. Without a reserve, a WAL that cannot be checkpointed into a full
+// disk would stay stuck until someone frees space by hand. n should exceed
+// the largest WAL, about 4 MiB (SQLite's auto-checkpoint at 1000 pages)
+// plus one batch; the service sets 8 MiB. Default 0: no reserve. n < 0 is
+// refused by Open.
+func WithDiskReserve(n int64) Option {
+	return func(c *config) { c.diskReserve = n }
+}
+
 // Store is a limiter.Store on one SQLite file. It is safe for concurrent use,
 // and several Stores (in one or many processes) may share one file.
 type Store struct {
-	path string // absolute
+	path    string // absolute
+	cfg     config
+	reserve reserve
 
-	db    *sql.DB   // read-write pool: the writer's connection and sliding_log_unsafe
-	ro    *sql.DB   // read-only pool: Peek
-	wconn *sql.Conn // the writer's connection, pinned
-	w     *writer
-	rw    *stmts // on db, for sliding_log_unsafe
-	rq    *stmts // on ro, for Peek
+	// The connections to the file at path, replaced together when the file
+	// is deleted or replaced (see checkFile): only the writer goroutine
+	// replaces them, holding connMu, which Peek and sliding_log_unsafe hold
+	// for reading while they use a pool.
+	connMu sync.RWMutex
+	db     *sql.DB   // read-write pool: the writer's connection and sliding_log_unsafe
+	ro     *sql.DB   // read-only pool: Peek
+	wconn  *sql.Conn // the writer's connection, pinned
+	w      *writer
+	rw     *stmts         // on db, for sliding_log_unsafe
+	rq     *stmts         // on ro, for Peek
+	file   os.FileInfo    // the database file the connections have open
+	wal    [2]os.FileInfo // its WAL and shared-memory files (walSuffixes), nil when not seen
 
 	mu      sync.RWMutex // closed; held for reading while a call enqueues or reads the pools
 	closed  bool
@@ -132,6 +157,8 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: open: max batch %d: want at least 1", cfg.maxBatch)
 	case cfg.auditRetention <= 0:
 		return nil, fmt.Errorf("sqlitestore: open: audit retention %s: want a positive duration", cfg.auditRetention)
+	case cfg.diskReserve < 0:
+		return nil, fmt.Errorf("sqlitestore: open: disk reserve %d: want 0 or more bytes", cfg.diskReserve)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -139,20 +166,27 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s := &Store{
 		path:    abs,
+		cfg:     cfg,
+		reserve: reserve{path: abs + "-reserve", size: cfg.diskReserve},
 		queue:   make(chan *op, cfg.maxBatch),
 		stopped: make(chan struct{}),
 	}
 	s.ops.New = func() any { return &op{done: make(chan struct{}, 1)} }
-	if err := s.open(cfg); err != nil {
+	if err := s.open(); err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", errors.Join(err, s.release()))
 	}
-	go s.w.run(s)
+	// A reserve that does not fit leaves the store refusing decisions (and
+	// Ping saying why) until a prune makes room: not a reason to fail.
+	_ = s.reserve.restore()
+	go s.run()
 	return s, nil
 }
 
-// open connects the pools, creates the schema and prepares the statements.
-func (s *Store) open(cfg config) error {
-	ctx := context.Background()
+// open connects the pools, creates the schema, prepares the statements,
+// and proves that the file takes a commit: a file that can be read but not
+// written fails here rather than at the first decision.
+func (s *Store) open() error {
+	ctx, cfg := context.Background(), s.cfg
 	var err error
 	if s.db, err = sql.Open("sqlite", dsn(s.path, cfg, false)); err != nil {
 		return err
@@ -180,8 +214,13 @@ func (s *Store) open(cfg config) error {
 	}
 	s.ro.SetMaxOpenConns(poolConns)
 	s.ro.SetMaxIdleConns(poolConns)
-	s.rq, err = prepare(ctx, s.ro)
-	return err
+	if s.rq, err = prepare(ctx, s.ro); err != nil {
+		return err
+	}
+	if err := s.w.alone(&op{kind: opPing, ctx: ctx}); err != nil {
+		return err
+	}
+	return s.identify()
 }
 
 // createSchema creates the tables and indexes in one write transaction, so
@@ -205,7 +244,7 @@ func createSchema(ctx context.Context, c *sql.Conn) error {
 // incremental_vacuum). A file without tables (a new one) is converted at
 // once, which costs nothing. A file created without the mode needs one
 // VACUUM, which rewrites the whole file and needs as much free disk again:
-// that is left to the first prune (writer.afterPrune), so that a start
+// that is left to the first prune (Store.giveBack), so that a start
 // never waits for it nor fails for it. It reports whether the file is in an
 // auto_vacuum mode.
 func incrementalVacuum(ctx context.Context, c *sql.Conn) (bool, error) {
@@ -269,6 +308,7 @@ func (s *Store) release() error {
 			errs = append(errs, db.Close())
 		}
 	}
+	s.db, s.ro, s.wconn, s.w, s.rw, s.rq = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }
 
@@ -335,6 +375,11 @@ func (s *Store) read(ctx context.Context, what string, f func(context.Context) (
 	if s.closed {
 		return limiter.Decision{}, fmt.Errorf("sqlitestore: %s: %w", what, limiter.ErrClosed)
 	}
+	s.connMu.RLock()
+	defer s.connMu.RUnlock()
+	if s.db == nil {
+		return limiter.Decision{}, fmt.Errorf("sqlitestore: %s: %w", what, unavailable(errNotOpen))
+	}
 	d, err := f(ctx)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("sqlitestore: %s: %w", what, err)
@@ -385,10 +430,13 @@ func (s *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Pol
 	return res.n, err
 }
 
-// Ping proves the store can write: it goes through the writer, which takes
-// the database's write lock (BEGIN IMMEDIATE) for it. It returns an error
-// wrapping limiter.ErrUnavailable when the lock cannot be had within the busy
-// timeout, limiter.ErrClosed after Close.
+// Ping proves the store can decide: it goes through the writer, which
+// checks that the file at the path is still the one open (reopening it
+// otherwise), takes the write lock (BEGIN IMMEDIATE) and commits a change to
+// a one-row table. It returns an error wrapping limiter.ErrUnavailable when
+// any of that fails, when the lock cannot be had within the busy timeout, or
+// while the disk is full (see WithDiskReserve); limiter.ErrClosed after
+// Close.
 func (s *Store) Ping(ctx context.Context) error {
 	_, err := s.submit(ctx, "ping", op{kind: opPing})
 	return err

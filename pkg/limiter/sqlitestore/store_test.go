@@ -131,6 +131,7 @@ func TestSchema(t *testing.T) {
 		"table rate_buckets",
 		"table rate_events",
 		"table rate_limit_windows",
+		"table store_health",
 	}, objects)
 
 	columns := map[string][]string{

@@ -45,11 +45,14 @@ type writer struct {
 	conn                    *sql.Conn
 	q                       *stmts
 	begin, commit, rollback *sql.Stmt
-	pruneAudit              *sql.Stmt // (cutoff) deletes api_calls rows at or before it
-	shrink                  *sql.Stmt // moves free pages to the end of the file and cuts them off
-	auditRetention          time.Duration
-	vacuumed                bool // the file is in an auto_vacuum mode; see incrementalVacuum
-	batch                   []*op
+	// prune deletes up to pruneChunk expired rows: (policy, cutoff) for
+	// windows, events and buckets, (cutoff) for the audit rows.
+	prune          [4]*sql.Stmt
+	shrink         *sql.Stmt // moves up to pruneChunk free pages to the end of the file and cuts them off
+	health         *sql.Stmt // a commit for Ping to make
+	auditRetention time.Duration
+	vacuumed       bool // the file is in an auto_vacuum mode; see incrementalVacuum
+	batch          []*op
 }
 
 func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*writer, error) {
@@ -63,8 +66,12 @@ func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*wr
 		query string
 	}{
 		{&w.begin, "BEGIN IMMEDIATE"}, {&w.commit, "COMMIT"}, {&w.rollback, "ROLLBACK"},
-		{&w.pruneAudit, "DELETE FROM api_calls WHERE called_at <= ?"},
-		{&w.shrink, "PRAGMA incremental_vacuum"},
+		{&w.prune[0], chunked("rate_limit_windows", "policy = ? AND window_start < ?")},
+		{&w.prune[1], chunked("rate_events", "policy = ? AND created_at <= ?")},
+		{&w.prune[2], chunked("rate_buckets", "policy = ? AND tat <= ?")},
+		{&w.prune[3], chunked("api_calls", "called_at <= ?")},
+		{&w.shrink, fmt.Sprintf("PRAGMA incremental_vacuum(%d)", pruneChunk)},
+		{&w.health, "INSERT INTO store_health (id, pings) VALUES (1, 1) ON CONFLICT(id) DO UPDATE SET pings = pings + 1"},
 	} {
 		if *tx.dst, err = c.PrepareContext(ctx, tx.query); err != nil {
 			return nil, errors.Join(fmt.Errorf("prepare: %w", err), w.close())
@@ -76,7 +83,7 @@ func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*wr
 // close closes the writer's statements.
 func (w *writer) close() error {
 	errs := []error{w.q.close()}
-	for _, st := range []*sql.Stmt{w.begin, w.commit, w.rollback, w.pruneAudit, w.shrink} {
+	for _, st := range append(w.prune[:], w.begin, w.commit, w.rollback, w.shrink, w.health) {
 		if st != nil {
 			errs = append(errs, st.Close())
 		}
@@ -86,37 +93,60 @@ func (w *writer) close() error {
 
 // run is the writer goroutine. It returns when s.queue is closed and empty.
 //
-// For each batch it takes the first queued request, begins the transaction
-// (waiting, up to the busy timeout, for other processes to release the write
-// lock, while more requests queue up), then takes whatever else is queued up
-// to the batch bound, applies all in arrival order, commits, and answers.
-func (w *writer) run(s *Store) {
+// For each batch it takes the first queued request, makes sure the file at
+// the path is the one open (checkFile), begins the transaction (waiting, up
+// to the busy timeout, for other processes to release the write lock, while
+// more requests queue up), then takes whatever else is queued up to the
+// batch bound, applies all in arrival order, commits, runs the batch's
+// prunes (each in transactions of its own, see prune), and answers. While
+// the disk is full (the reserve is missing) it refuses decisions and pings,
+// and still applies prunes and resets, which free room.
+func (s *Store) run() {
 	defer close(s.stopped)
+	batch := make([]*op, 0, s.cfg.maxBatch)
+	todo := make([]*op, 0, s.cfg.maxBatch)
+	var prunes []*op
 	for first := range s.queue {
 		s.batches.Add(1)
-		_, beginErr := w.begin.Exec()
+		fileErr := s.checkFile()
+		var fullErr, beginErr error
+		if fileErr == nil {
+			fullErr = s.reserve.missing()
+		}
+		begun := false
+		if fileErr == nil && first.kind != opPrune && (fullErr == nil || first.frees()) {
+			_, beginErr = s.w.begin.Exec()
+			begun = beginErr == nil
+		}
 		// Let the callers answered by the last batch queue their next
 		// request before this batch is closed: larger batches, fewer commits.
 		runtime.Gosched()
-		batch := w.fill(append(w.batch[:0], first), s.queue)
-		switch {
-		case beginErr != nil:
-			for _, o := range batch {
+		batch = fill(append(batch[:0], first), s.queue)
+		todo, prunes = todo[:0], prunes[:0]
+		for _, o := range batch {
+			switch {
+			case fileErr != nil:
+				o.res.err = fileErr
+			case fullErr != nil && !o.frees():
+				o.res.err = fullErr
+			case o.kind == opPrune:
+				prunes = append(prunes, o)
+			case beginErr != nil:
 				o.res.err = fmt.Errorf("begin: %w", unavailable(beginErr))
-			}
-		case !w.apply(batch) && len(batch) > 1:
-			// One request failed and the transaction was rolled back: apply
-			// each alone so that only the failing one gets an error.
-			s.replays.Add(1)
-			for i := range batch {
-				if _, err := w.begin.Exec(); err != nil {
-					batch[i].res.err = fmt.Errorf("begin: %w", unavailable(err))
-					continue
-				}
-				w.apply(batch[i : i+1])
+			default:
+				todo = append(todo, o) // first among them when begun
 			}
 		}
-		w.afterPrune(batch)
+		s.w.applyAll(s, todo, begun)
+		for _, o := range todo {
+			if isFull(o.res.err) {
+				s.onFull()
+				break
+			}
+		}
+		for _, o := range prunes {
+			o.res = s.prune(o)
+		}
 		s.applied.Add(int64(len(batch)))
 		for _, o := range batch {
 			o.done <- struct{}{}
@@ -125,8 +155,53 @@ func (w *writer) run(s *Store) {
 	}
 }
 
+// frees reports whether o only deletes (a prune or a reset): it runs while
+// the disk is full.
+func (o *op) frees() bool {
+	return o.kind == opPrune || o.kind == opReset || o.kind == opResetSubject
+}
+
+// applyAll applies todo in the transaction begun when begun is true (else it
+// begins one), isolating a failing request by replaying the others one per
+// transaction.
+func (w *writer) applyAll(s *Store, todo []*op, begun bool) {
+	if len(todo) == 0 {
+		return
+	}
+	if !begun {
+		if _, err := w.begin.Exec(); err != nil {
+			for _, o := range todo {
+				o.res.err = fmt.Errorf("begin: %w", unavailable(err))
+			}
+			return
+		}
+	}
+	if w.apply(todo) || len(todo) == 1 {
+		return
+	}
+	// One request failed and the transaction was rolled back: apply each
+	// alone so that only the failing one gets an error.
+	s.replays.Add(1)
+	for _, o := range todo {
+		if err := w.alone(o); err != nil {
+			o.res.err = err
+		}
+	}
+}
+
+// alone applies o in a transaction of its own, setting its result, and
+// returns its error.
+func (w *writer) alone(o *op) error {
+	if _, err := w.begin.Exec(); err != nil {
+		o.res.err = fmt.Errorf("begin: %w", unavailable(err))
+		return o.res.err
+	}
+	w.apply([]*op{o})
+	return o.res.err
+}
+
 // fill appends queued requests to batch, without waiting, up to its capacity.
-func (w *writer) fill(batch []*op, queue <-chan *op) []*op {
+func fill(batch []*op, queue <-chan *op) []*op {
 	for len(batch) < cap(batch) {
 		select {
 		case o, ok := <-queue:
@@ -154,6 +229,7 @@ func (w *writer) apply(batch []*op) bool {
 		}
 		o.res = w.do(ctx, o)
 		if o.res.err != nil {
+			o.res.err = storageFailure(o.res.err)
 			// ROLLBACK fails only when SQLite has already rolled back.
 			_, _ = w.rollback.Exec()
 			return false
@@ -178,66 +254,143 @@ func (w *writer) do(ctx context.Context, o *op) result {
 		r.n, r.err = w.q.resetKeyRows(ctx, o.policy, o.req.Key)
 	case opResetSubject:
 		r.n, r.err = w.q.resetSubjectRows(ctx, o.policy, o.req.Key.Subject)
-	case opPrune:
-		r.n, r.err = w.prune(ctx, o.req.Now, o.policies)
 	case opPing:
-		// The write lock taken by BEGIN IMMEDIATE is the proof.
+		_, r.err = w.health.ExecContext(ctx)
 	}
 	return r
 }
 
-// prune deletes the expired state of policies and the audit rows older than
-// the retention, then moves the pages this freed to the end of the file,
-// where the next checkpoint cuts them off (afterPrune).
-func (w *writer) prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
-	n, err := w.q.pruneRows(ctx, now, policies)
-	if err != nil {
-		return 0, err
-	}
-	audit, err := affected(ctx, w.pruneAudit, limiter.EventTimeText(now.Add(-w.auditRetention)))
-	if err != nil {
-		return 0, fmt.Errorf("audit: %w", err)
-	}
-	if _, err := w.shrink.ExecContext(ctx); err != nil {
-		return 0, fmt.Errorf("incremental vacuum: %w", err)
-	}
-	return n + audit, nil
+// pruneChunk bounds the rows one prune transaction deletes and the pages
+// one incremental vacuum moves.
+const pruneChunk = 1000
+
+// chunked is a DELETE of up to pruneChunk rows of table matching where.
+func chunked(table, where string) string {
+	return fmt.Sprintf("DELETE FROM %[1]s WHERE rowid IN (SELECT rowid FROM %[1]s WHERE %[2]s LIMIT %[3]d)", table, where, pruneChunk)
 }
 
-// afterPrune, when batch holds a prune that committed, gives the freed space
-// back to the file system: it converts a file that has no auto_vacuum mode
-// yet (one VACUUM), then checkpoints the WAL into the file and truncates
-// both. A failure is reported to the prune; its deletions stay committed.
-func (w *writer) afterPrune(batch []*op) {
-	var pruned []*op
-	for _, o := range batch {
-		if o.kind == opPrune && o.res.err == nil {
-			pruned = append(pruned, o)
+// prune deletes, for each of o's policies, the rows that can no longer
+// affect a decision at o's time, and the audit rows older than the
+// retention; then it gives the pages this freed back to the file system. It
+// works in transactions of at most pruneChunk rows or pages, each followed
+// by a checkpoint, so that the WAL never holds more than one of them: on a
+// full disk, the room of the reserve is enough (see WithDiskReserve). Then
+// it converts a file that has no auto_vacuum mode yet (one VACUUM),
+// truncates the WAL, and writes the reserve again if it is missing. Rows
+// deleted stay deleted when a later step fails.
+func (s *Store) prune(o *op) result {
+	if err := o.ctx.Err(); err != nil {
+		return result{err: err}
+	}
+	ctx := context.Background() // the job must not stop between two chunks for one caller
+	audit := limiter.EventTimeText(o.req.Now.Add(-s.cfg.auditRetention))
+	var total int64
+	step := func(st *sql.Stmt, args ...any) error {
+		for {
+			n, err := s.chunk(ctx, st, args...)
+			total += n
+			if err != nil || n < pruneChunk {
+				return err
+			}
 		}
 	}
-	if len(pruned) == 0 {
-		return
-	}
-	ctx := context.Background()
-	var err error
-	if !w.vacuumed {
-		if err = convert(ctx, w.conn); err == nil {
-			w.vacuumed = true
-		} else {
-			err = fmt.Errorf("vacuum into auto_vacuum=INCREMENTAL: %w", err)
+	for _, p := range o.policies {
+		cutoffs := [3]any{
+			limiter.WindowStartText(o.req.Now.Add(-2 * p.Window)),
+			limiter.EventTimeText(o.req.Now.Add(-p.Window)),
+			o.req.Now.UnixNano(),
+		}
+		for i, cutoff := range cutoffs {
+			if err := step(s.w.prune[i], p.Name, cutoff); err != nil {
+				return result{err: err}
+			}
 		}
 	}
-	if err == nil {
-		// Busy (a reader in another process) is not an error: the file
-		// shrinks at a later checkpoint.
-		var busy, frames, done int64
-		if err = w.conn.QueryRowContext(ctx, "PRAGMA wal_checkpoint(TRUNCATE)").Scan(&busy, &frames, &done); err != nil {
-			err = fmt.Errorf("checkpoint: %w", err)
-		}
+	if err := step(s.w.prune[3], audit); err != nil {
+		return result{err: fmt.Errorf("audit: %w", err)}
+	}
+	if err := s.giveBack(ctx); err != nil {
+		return result{err: fmt.Errorf("after prune: %w", unavailable(err))}
+	}
+	return result{n: total}
+}
+
+// chunk runs st (one chunk of a prune) in a transaction of its own and
+// checkpoints. On a full disk it gives the reserve's room to the file and
+// tries once more. It returns the rows st deleted.
+func (s *Store) chunk(ctx context.Context, st *sql.Stmt, args ...any) (int64, error) {
+	var n int64
+	err := s.w.inTx(func() (err error) {
+		n, err = affected(ctx, st, args...)
+		return err
+	})
+	if isFull(err) {
+		s.onFull()
+		err = s.w.inTx(func() (err error) {
+			n, err = affected(ctx, st, args...)
+			return err
+		})
 	}
 	if err != nil {
-		for _, o := range pruned {
-			o.res = result{err: fmt.Errorf("after prune: %w", unavailable(err))}
+		return 0, storageFailure(err)
+	}
+	return n, s.checkpoint(ctx, "PASSIVE")
+}
+
+// giveBack moves the free pages to the end of the file and cuts them off,
+// converting the file to auto_vacuum=INCREMENTAL first if it is not yet,
+// then writes the reserve if it is missing.
+func (s *Store) giveBack(ctx context.Context) error {
+	if !s.w.vacuumed {
+		if err := convert(ctx, s.wconn); err != nil {
+			return fmt.Errorf("vacuum into auto_vacuum=INCREMENTAL: %w", err)
+		}
+		s.w.vacuumed = true
+	}
+	for {
+		var free int64
+		if err := s.wconn.QueryRowContext(ctx, "PRAGMA freelist_count").Scan(&free); err != nil {
+			return fmt.Errorf("freelist: %w", err)
+		}
+		if free == 0 {
+			break
+		}
+		if err := s.w.inTx(func() error { _, err := s.w.shrink.ExecContext(ctx); return err }); err != nil {
+			return fmt.Errorf("incremental vacuum: %w", err)
+		}
+		if err := s.checkpoint(ctx, "PASSIVE"); err != nil {
+			return err
 		}
 	}
+	if err := s.checkpoint(ctx, "TRUNCATE"); err != nil {
+		return err
+	}
+	if err := s.reserve.restore(); err != nil {
+		return fmt.Errorf("%w: writing the reserve %s: %w", errDiskFull, s.reserve.path, err)
+	}
+	return nil
+}
+
+// onFull gives the reserve's room to the database and checkpoints the WAL
+// into it: from then on only prunes and resets run, until a prune writes
+// the reserve again.
+func (s *Store) onFull() {
+	s.reserve.release()
+	_ = s.checkpoint(context.Background(), "TRUNCATE") // best effort: every prune chunk tries again
+}
+
+// inTx runs f in a transaction of its own on the writer's connection.
+func (w *writer) inTx(f func() error) error {
+	if _, err := w.begin.Exec(); err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := f(); err != nil {
+		_, _ = w.rollback.Exec() // the error to report is f's
+		return err
+	}
+	if _, err := w.commit.Exec(); err != nil {
+		_, _ = w.rollback.Exec()
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
 }
