@@ -183,6 +183,10 @@ func (e *entry) records() int64 {
 	return n + int64(len(e.events))
 }
 
+// weight is what e counts toward its shard's bound: one for the key, one
+// per event.
+func (e *entry) weight() int { return 1 + len(e.events) }
+
 // expiry returns when e's state stops mattering: the end of its newest
 // window's influence, its bucket's refill, its newest event's exit. Entries
 // without state expire at the dawn of time.

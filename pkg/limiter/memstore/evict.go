@@ -26,13 +26,13 @@ func (e *entry) mark(d limiter.Decision, now time.Time) {
 	e.blockedUntil = now.UnixNano() + int64(max(d.RetryAfter, d.ResetAfter))
 }
 
-// evict makes room in the full shard sh for a new key at now (Unix ns) and
-// reports whether it did. It prefers, among sampled entries, those not
-// blocked, and among them the one whose state expires first; with
-// refuseWhenFull only an entry whose state has expired may go. sh must be
-// locked and not empty.
-func (s *Store) evict(sh *shard, now int64) bool {
-	victim, blocked := sh.pick(now)
+// evict makes room in the full shard sh at now (Unix ns) and reports
+// whether it did. It prefers, among sampled entries other than keep (nil:
+// any), those not blocked, and among them the one whose state expires
+// first; with refuseWhenFull only an entry whose state has expired may go.
+// sh must be locked and hold an entry other than keep.
+func (s *Store) evict(sh *shard, keep *entry, now int64) bool {
+	victim, blocked := sh.pick(keep, now)
 	e := sh.list[victim]
 	if s.refuseWhenFull && (blocked || e.expiry() > now) {
 		s.refusedNew.Add(1)
@@ -51,21 +51,28 @@ func (s *Store) evict(sh *shard, now int64) bool {
 
 // pick returns the index of the entry to evict at now and whether it is
 // blocked: the earliest expiry among the sampled unblocked entries, or, when
-// every sample is blocked, the one unblocked first. sh must be locked and not
-// empty.
-func (sh *shard) pick(now int64) (victim int, blocked bool) {
+// every sample is blocked, the one unblocked first. keep (nil: none) is
+// never drawn. sh must be locked and hold an entry other than keep.
+func (sh *shard) pick(keep *entry, now int64) (victim int, blocked bool) {
+	others := len(sh.list)
+	if keep != nil {
+		others--
+	}
 	free, freeExp := -1, int64(0)
 	held, heldUntil := -1, int64(0)
 	// A shard no larger than the samples is read whole, so its choice is
 	// exact rather than left to the draws.
-	whole := len(sh.list) <= evictionSamples+extraSamples
+	whole := others <= evictionSamples+extraSamples
 	for n := range evictionSamples + extraSamples {
-		if whole && n >= len(sh.list) || !whole && n >= evictionSamples && free >= 0 {
+		if whole && n >= others || !whole && n >= evictionSamples && free >= 0 {
 			break
 		}
 		i := n
 		if !whole {
-			i = rand.IntN(len(sh.list))
+			i = rand.IntN(others)
+		}
+		if keep != nil && i >= keep.index {
+			i++ // over the indexes other than keep's
 		}
 		e := sh.list[i]
 		if e.blockedUntil > now {

@@ -8,8 +8,10 @@
 // decision on a key that already exists allocates nothing for fixed_window,
 // sliding_window and token_bucket.
 //
-// Memory is bounded by a number of keys ([WithMaxKeys], and per policy
-// [WithPolicyMaxKeys]): when a shard is full, a new key evicts, among a few
+// Memory is bounded by a number of records ([WithMaxKeys], and per policy
+// [WithPolicyMaxKeys]): each key counts one, and each sliding_log event it
+// holds one more. When a shard is full, a new key, or a key whose new events
+// take the shard over its share, evicts others: among a few
 // sampled entries, one that is not exhausted (whose holder could still be
 // admitted), the one whose state expires first, as Redis does with its
 // approximated LRU. An exhausted key is the last to go: an evicted key starts
@@ -17,9 +19,10 @@
 // Only when every sampled entry is exhausted is one of them evicted anyway
 // ([Store.RefusedEvictions], [WithEvictionHook]); with [WithRefuseWhenFull]
 // the store refuses the new key instead (fail closed when full). Size the
-// bound above the number of keys that are active within one window. A
-// sliding_log key holds one event per admitted attempt of the last two
-// windows: up to 2×limit events.
+// bound above what is active within one window. A sliding_log key holds one
+// event per admitted attempt of the last two windows: up to 2×limit events.
+// A key never evicts itself; with WithRefuseWhenFull the events of keys
+// already held may take a shard over its bound until they expire.
 //
 // Each key keeps enough state for the clock to step back by one window: the
 // counts of its last three fixed windows, and its sliding log events of the
@@ -152,13 +155,14 @@ var _ limiter.Store = (*Store)(nil)
 // neighbouring shards' locks do not share one. entries maps a key's hash to
 // its entry, the first of a chain (linked by next) when hashes collide; list
 // holds the same entries in no order, for sampling and sweeps, each entry
-// knowing its index.
+// knowing its index. used sums the entries' weights, bounded by max.
 type shard struct {
 	mu      sync.Mutex
 	entries map[uint64]*entry
 	list    []*entry
+	used    int
 	max     int
-	_       [16]byte
+	_       [8]byte
 }
 
 // find returns the entry of k, whose hash is h, or nil. sh must be locked.
@@ -173,6 +177,7 @@ func (sh *shard) find(k *mapKey, h uint64) *entry {
 
 // add stores e under its hash, first in the chain. sh must be locked.
 func (sh *shard) add(e *entry) {
+	sh.used += e.weight()
 	e.index = len(sh.list)
 	sh.list = append(sh.list, e)
 	e.next = sh.entries[e.hash]
@@ -183,6 +188,7 @@ func (sh *shard) add(e *entry) {
 // its place, and unlinks it from its chain. sh must be locked.
 func (sh *shard) remove(i int) {
 	e := sh.list[i]
+	sh.used -= e.weight()
 	last := sh.list[len(sh.list)-1]
 	sh.list[i], last.index = last, i
 	sh.list[len(sh.list)-1] = nil
@@ -291,14 +297,24 @@ func (s *Store) Allow(_ context.Context, p limiter.Policy, r limiter.Request) (l
 		sh.mu.Unlock()
 		return s.full(p, r.Now), nil
 	}
+	before := e.weight()
 	d, err := e.decide(p, r.Cost, r.Now)
 	if err != nil {
 		sh.mu.Unlock()
 		return d, err
 	}
 	e.mark(d, r.Now)
+	s.grew(sh, e, before, r.Now)
 	sh.mu.Unlock()
 	return d, nil
+}
+
+// grew accounts for e's weight having changed from before, and evicts other
+// entries while the shard is over its bound. sh must be locked.
+func (s *Store) grew(sh *shard, e *entry, before int, now time.Time) {
+	sh.used += e.weight() - before
+	for sh.used > sh.max && len(sh.list) > 1 && s.evict(sh, e, now.UnixNano()) {
+	}
 }
 
 // allowUnsafe is the seed's check-then-insert, kept racy on purpose to
@@ -321,7 +337,9 @@ func (s *Store) allowUnsafe(sh *shard, k *mapKey, h uint64, p limiter.Policy, r 
 	sh.mu.Lock()
 	e := s.get(sh, k, h, p, r.Now)
 	if e != nil {
+		before := e.weight()
 		e.record(r.Now.UnixNano(), r.Cost)
+		s.grew(sh, e, before, r.Now)
 	}
 	sh.mu.Unlock()
 	if e == nil {
@@ -424,7 +442,9 @@ func (s *Store) sweep(ctx context.Context, what string, f func(*entry) int64) (i
 		// Backwards, so that remove only moves entries already visited.
 		for i := len(sh.list) - 1; i >= 0; i-- {
 			e := sh.list[i]
+			before := e.weight()
 			total += f(e)
+			sh.used += e.weight() - before
 			if e.records() == 0 {
 				sh.remove(i)
 			}
@@ -451,6 +471,7 @@ func (s *Store) Close() error {
 		clear(sh.entries)
 		clear(sh.list)
 		sh.list = sh.list[:0]
+		sh.used = 0
 		sh.mu.Unlock()
 	}
 	return nil
@@ -508,12 +529,15 @@ func validate(p limiter.Policy, k limiter.Key) error {
 func (s *Store) get(sh *shard, k *mapKey, h uint64, p limiter.Policy, now time.Time) *entry {
 	if e := sh.find(k, h); e != nil {
 		if !e.holds(p) {
+			sh.used -= e.weight() - 1
 			e.state = state{alg: p.Algorithm, window: int64(p.Window)}
 		}
 		return e
 	}
-	if len(sh.list) >= sh.max && !s.evict(sh, now.UnixNano()) {
-		return nil
+	for sh.used >= sh.max && len(sh.list) > 0 {
+		if !s.evict(sh, nil, now.UnixNano()) {
+			return nil
+		}
 	}
 	e := &entry{key: k.clone(), hash: h, state: state{alg: p.Algorithm, window: int64(p.Window)}}
 	sh.add(e)

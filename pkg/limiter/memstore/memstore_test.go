@@ -235,3 +235,28 @@ func TestClearedKeysStayIndexed(t *testing.T) {
 	assert.Equal(t, int64(1), n)
 	assert.Equal(t, 0, s.Len())
 }
+
+// The bound counts sliding log events with the keys: a key holding many
+// events takes as much room as that many keys, so WithMaxKeys bounds the
+// memory whatever the policies' limits.
+func TestMaxKeysCountsEvents(t *testing.T) {
+	const maxKeys, keys, limit = 1000, 10, 500
+	s := memstore.New(memstore.WithShards(1), memstore.WithMaxKeys(maxKeys))
+	p := policy(limiter.SlidingLog, limit, time.Hour)
+	for i := range limit {
+		for k := range keys {
+			d := allow(t, s, p, fmt.Sprint(k), t0.Add(time.Duration(i)*time.Millisecond))
+			require.True(t, d.Allowed, "within the limit, or evicted and started again")
+		}
+	}
+	held := 0
+	for k := range keys {
+		d, err := s.Peek(t.Context(), p, limiter.Key{Subject: fmt.Sprint(k)}, t0.Add(limit*time.Millisecond))
+		require.NoError(t, err)
+		if d.Count > 0 {
+			held += 1 + int(d.Count)
+		}
+	}
+	assert.LessOrEqual(t, held, maxKeys, "keys plus events held")
+	assert.Positive(t, s.Evictions())
+}
