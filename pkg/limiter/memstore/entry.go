@@ -183,9 +183,14 @@ func (e *entry) records() int64 {
 	return n + int64(len(e.events))
 }
 
+// eventsPerRecord is how many sliding log events weigh as much as a key in
+// the store's bound: an event takes 16 bytes, a key about 370 with its map
+// and list slots, so 16 events are a generous key's worth.
+const eventsPerRecord = 16
+
 // weight is what e counts toward its shard's bound: one for the key, one
-// per event.
-func (e *entry) weight() int { return 1 + len(e.events) }
+// more per eventsPerRecord events.
+func (e *entry) weight() int { return 1 + len(e.events)/eventsPerRecord }
 
 // expiry returns when e's state stops mattering: the end of its newest
 // window's influence, its bucket's refill, its newest event's exit. Entries

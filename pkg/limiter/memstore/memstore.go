@@ -9,8 +9,8 @@
 // sliding_window and token_bucket.
 //
 // Memory is bounded by a number of records ([WithMaxKeys], and per policy
-// [WithPolicyMaxKeys]): each key counts one, and each sliding_log event it
-// holds one more. When a shard is full, a new key, or a key whose new events
+// [WithPolicyMaxKeys]): each key counts one, and each 16 sliding_log events
+// it holds one more (16 events take about the memory of a key). When a shard is full, a new key, or a key whose new events
 // take the shard over its share, evicts others: among a few
 // sampled entries, one that is not exhausted (whose holder could still be
 // admitted), the one whose state expires first, as Redis does with its
