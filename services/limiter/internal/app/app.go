@@ -253,7 +253,8 @@ func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.St
 		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
 			return nil, fmt.Errorf("app: sqlite store: %w", err)
 		}
-		s, err := sqlitestore.Open(cfg.SQLitePath)
+		s, err := sqlitestore.Open(cfg.SQLitePath,
+			sqlitestore.WithAuditRetention(cfg.AuditRetention), sqlitestore.WithDiskReserve(int64(cfg.SQLiteDiskReserve)))
 		if err != nil {
 			return nil, fmt.Errorf("app: %w", err)
 		}

@@ -91,17 +91,30 @@ type Config struct {
 	RedisClientTime bool
 	// TrustedProxies lists the CIDRs (or single addresses) whose
 	// X-Forwarded-For and X-Real-IP headers are believed. Empty: none.
-	TrustedProxies    []string
-	PruneInterval     time.Duration // period of the background pruning job
-	MemoryMaxKeys     int           // memory store: keys kept before evicting
-	MaxHeaderBytes    int           // http.Server.MaxHeaderBytes, in bytes
-	ReadHeaderTimeout time.Duration
-	ReadTimeout       time.Duration
-	WriteTimeout      time.Duration
-	IdleTimeout       time.Duration
-	ShutdownTimeout   time.Duration // how long in-flight requests may take to finish
-	LogLevel          slog.Level
-	LogFormat         string // "text" or "json"
+	TrustedProxies []string
+	PruneInterval  time.Duration // period of the background pruning job
+	MemoryMaxKeys  int           // memory store: keys kept before evicting
+	// AuditRetention is how long the SQLite store keeps api_calls rows.
+	AuditRetention time.Duration
+	// SQLiteDiskReserve is the size of the SQLite store's reserve file, in
+	// bytes; 0: none (see sqlitestore.WithDiskReserve).
+	SQLiteDiskReserve int
+	// MaxKeyBytes bounds each key part as stored; longer ones are stored as
+	// their digest (see limiter.KeyBound).
+	MaxKeyBytes int
+	// SlidingLogMaxLimit is the largest limit of a sliding_log policy.
+	SlidingLogMaxLimit int
+	// EnvoyAllowEmptyReload lets a reload leave the Envoy folder without
+	// any domain.
+	EnvoyAllowEmptyReload bool
+	MaxHeaderBytes        int // http.Server.MaxHeaderBytes, in bytes
+	ReadHeaderTimeout     time.Duration
+	ReadTimeout           time.Duration
+	WriteTimeout          time.Duration
+	IdleTimeout           time.Duration
+	ShutdownTimeout       time.Duration // how long in-flight requests may take to finish
+	LogLevel              slog.Level
+	LogFormat             string // "text" or "json"
 	// OffendersWindow is the interval of GET /admin/offenders: it reports
 	// the keys refused most in the current and the previous interval.
 	OffendersWindow time.Duration
@@ -168,6 +181,10 @@ func (c Config) LogValue() slog.Value {
 		slog.String("sqlite_path", c.SQLitePath),
 		slog.String("redis_url", redactURL(c.RedisURL)),
 		slog.Int("memory_max_keys", c.MemoryMaxKeys),
+		slog.Duration("audit_retention", c.AuditRetention),
+		slog.Int("sqlite_disk_reserve", c.SQLiteDiskReserve),
+		slog.Int("max_key_bytes", c.MaxKeyBytes),
+		slog.Int("sliding_log_max_limit", c.SlidingLogMaxLimit),
 		slog.String("file", c.File),
 		slog.Any("trusted_proxies", c.TrustedProxies),
 		slog.Duration("prune_interval", c.PruneInterval),

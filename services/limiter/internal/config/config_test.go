@@ -115,6 +115,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
 		"envoy-response-headers": "true", "envoy-stop-cache-key-increment-when-overlimit": "true",
+		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
+		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -150,6 +152,11 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.EnvoyResponseDynamicMetadata)
 		assert.True(t, c.EnvoyResponseHeaders)
 		assert.True(t, c.EnvoyStopIncrementWhenOverLimit)
+		assert.Equal(t, 2*time.Hour, c.AuditRetention)
+		assert.Equal(t, 1024, c.SQLiteDiskReserve)
+		assert.Equal(t, 100, c.MaxKeyBytes)
+		assert.Equal(t, 20, c.SlidingLogMaxLimit)
+		assert.True(t, c.EnvoyAllowEmptyReload)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 
@@ -204,13 +211,46 @@ routes:
 	assert.Equal(t, []string{"check"}, c.RoutePolicies[RouteCheck], "a route the file leaves out keeps its default")
 }
 
-func TestLoadEmptyYAMLFileSetsNothing(t *testing.T) {
-	c, err := Load([]string{"--config", writeYAML(t, "# nothing\n")}, env(nil))
-	require.NoError(t, err)
-	d, err := Load(nil, env(nil))
-	require.NoError(t, err)
-	d.File = c.File
-	assert.Equal(t, d, c)
+// A file that sets nothing is refused: read as "every default", an empty
+// file (a tool caught mid-write) would reset every limit without a word. A
+// second YAML document would be ignored, so it is refused too.
+func TestLoadRefusesEmptyAndMultiDocumentFiles(t *testing.T) {
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"empty", "", "is empty"},
+		{"blank", "\n  \n", "is empty"},
+		{"comments only", "# nothing\n", "is empty"},
+		{"null document", "---\n", "is empty"},
+		{"two documents", "policies:\n  ping: {limit: 100}\n---\npolicies:\n  ping: {limit: 1}\n", "holds more than one YAML document (the second at line 3)"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			file := writeYAML(t, tt.yaml)
+			_, err := Load([]string{"--config", file}, env(nil))
+			require.ErrorIs(t, err, ErrInvalid)
+			assert.ErrorContains(t, err, "config: "+file+": "+tt.want)
+		})
+	}
+}
+
+// A sliding_log limit over --sliding-log-max-limit is refused at load, with
+// the algorithms to use instead; the other algorithms take any limit.
+func TestSlidingLogLimitIsCapped(t *testing.T) {
+	big := "policies:\n  hot: {algorithm: sliding_log, limit: 1000000, window: 1h}\n"
+	_, err := Load([]string{"--config", writeYAML(t, big)}, env(nil))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.EqualError(t, err, "config: policies.hot.limit: 1000000 is over the sliding_log maximum of 5000 (--sliding-log-max-limit): a sliding_log key keeps one event per admitted request and counts them on every decision; use sliding_window (two counters, within a few percent of exact) or token_bucket (one timestamp, exact average rate) for a limit this large")
+
+	c, err := Load([]string{"--config", writeYAML(t, big), "--sliding-log-max-limit=1000000"}, env(nil))
+	require.NoError(t, err, "an operator may raise the cap")
+	assert.Equal(t, int64(1_000_000), c.Policies["hot"].Limit)
+
+	_, err = Load([]string{"--sliding-log-max-limit=5"}, env(nil))
+	assert.EqualError(t, err, "config: policies.check.limit: 10 is over the sliding_log maximum of 5 (--sliding-log-max-limit): a sliding_log key keeps one event per admitted request and counts them on every decision; use sliding_window (two counters, within a few percent of exact) or token_bucket (one timestamp, exact average rate) for a limit this large",
+		"the defaults are checked too")
+
+	for _, alg := range []string{"sliding_window", "token_bucket", "fixed_window"} {
+		_, err := Load([]string{"--config", writeYAML(t, "policies:\n  hot: {algorithm: "+alg+", limit: 1000000, window: 1h}\n")}, env(nil))
+		assert.NoError(t, err, alg)
+	}
 }
 
 func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {

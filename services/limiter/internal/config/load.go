@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
@@ -154,7 +155,12 @@ var settings = []setting{
 	{"max-conns-per-client", "0", "most open connections of one client address (IPv6: its /64) on each listener. 0: a quarter of --max-conns", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConnsPerClient })},
 	{"memory-refuse-when-full", "false", "store memory: when full, refuse new keys (429) instead of evicting keys whose state still matters (fail closed when full)", boolSetter(func(c *Config) *bool { return &c.MemoryRefuseWhenFull })},
 	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
-	{"memory-max-keys", "1000000", "store memory: most keys held; when full, a new key evicts, among sampled keys that are not exhausted, the one whose state expires first (an exhausted key goes last)", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
+	{"memory-max-keys", "1000000", "store memory: most keys held, each 16 sliding_log events counting as one key more; when full, a new key evicts, among sampled keys that are not exhausted, the one whose state expires first (an exhausted key goes last)", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
+	{"audit-retention", "24h", "store sqlite: how long the api_calls audit rows (one per allowed /ping) are kept; the pruning job deletes older ones", durationSetter(func(c *Config) *time.Duration { return &c.AuditRetention })},
+	{"sqlite-disk-reserve", "8388608", "store sqlite: bytes of a reserve file kept beside the database (its name + \"-reserve\") to recover from a full disk: when the disk fills, the store deletes it, refuses decisions (503, /readyz 503) and lets the pruning job free room, then writes it again and decides again; 0: no reserve", intSetter(0, 1<<40, func(c *Config) *int { return &c.SQLiteDiskReserve })},
+	{"max-key-bytes", "256", fmt.Sprintf("longest key part (client key, user id, endpoint) stored as it is; a longer one is stored as its SHA-256 digest (%d bytes), in every store", limiter.MinKeyBytes), intSetter(limiter.MinKeyBytes, limiter.MaxKeyLen, func(c *Config) *int { return &c.MaxKeyBytes })},
+	{"sliding-log-max-limit", "5000", "largest limit a sliding_log policy may have: it keeps one event per admitted request and counts them on every decision; for larger limits use sliding_window or token_bucket", intSetter(1, limiter.MaxLimit, func(c *Config) *int { return &c.SlidingLogMaxLimit })},
+	{"envoy-allow-empty-reload", "false", "a reload (SIGHUP) may leave --envoy-config without any domain; without it such a reload is refused, since every descriptor would then be answered OK with no limit", boolSetter(func(c *Config) *bool { return &c.EnvoyAllowEmptyReload })},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
 	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
@@ -301,6 +307,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	if c.InternalAddr != "" && c.InternalAddr == c.Addr {
 		return Config{}, &Error{Field: "internal-addr", Reason: "must differ from --addr"}
+	}
+	if err := c.checkSlidingLog(); err != nil {
+		return Config{}, err
 	}
 	return c, nil
 }

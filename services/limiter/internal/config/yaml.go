@@ -1,8 +1,10 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,14 +18,10 @@ import (
 // applyYAML applies the YAML file's settings, policies and routes over c.
 // Decoding is strict: an unknown or repeated key is an error naming it.
 func (c *Config) applyYAML(data []byte) error {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	root, err := oneDocument(data)
+	if err != nil {
 		return &Error{Field: c.File, Reason: err.Error()}
 	}
-	if len(doc.Content) == 0 {
-		return nil // an empty file sets nothing
-	}
-	root := doc.Content[0]
 	if root.Kind != yaml.MappingNode {
 		return &Error{Field: c.File, Reason: "must be a mapping of settings"}
 	}
@@ -32,7 +30,7 @@ func (c *Config) applyYAML(data []byte) error {
 		byKey[s.yamlKey()] = s
 	}
 	var routes *yaml.Node
-	err := eachKey(root, "", func(key, path string, v *yaml.Node) error {
+	err = eachKey(root, "", func(key, path string, v *yaml.Node) error {
 		switch key {
 		case "policies":
 			return c.yamlPolicies(v)
@@ -60,6 +58,32 @@ func (c *Config) applyYAML(data []byte) error {
 		return c.yamlRoutes(routes)
 	}
 	return nil
+}
+
+// oneDocument returns the root node of the file's one YAML document. A file
+// without any (empty, blanks or comments only: an editor or a tool caught
+// mid-write) is refused rather than read as "every default", which would
+// silently reset every limit; so is a file of several documents, of which
+// only the first would be read.
+func oneDocument(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, next yaml.Node
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, errors.New("is empty: it sets nothing, so every setting and policy would be its default; remove --config to run on the defaults")
+	} else if err != nil {
+		return nil, err
+	}
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		line := 0
+		if err == nil {
+			line = next.Line
+		}
+		return nil, fmt.Errorf("holds more than one YAML document (the second at line %d): only the first would be read; keep one", line)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
+		return nil, errors.New("is empty: it sets nothing, so every setting and policy would be its default; remove --config to run on the defaults")
+	}
+	return doc.Content[0], nil
 }
 
 // eachKey calls fn for every key of mapping node m, in file order. path is
