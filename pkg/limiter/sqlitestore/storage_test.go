@@ -128,3 +128,52 @@ func TestPruneConvertsAnOldFile(t *testing.T) {
 	require.NoError(t, err)
 	assert.Less(t, fileBytes(t, path), peak/4, "and at every prune after it")
 }
+
+// BenchmarkBytesPerKey measures what one key costs on disk, per algorithm,
+// with a key of 16 bytes and one of 256 (the service's --max-key-bytes; a
+// longer key is stored as a 71-byte digest), with and without the audit row
+// an allowed /ping adds: each iteration is one allowed attempt on a new key
+// (ten for sliding_log/events=10: a sliding log costs per event); the file (database plus WAL, after a TRUNCATE checkpoint) divided by
+// the keys is reported as file-bytes/key. Run it with a fixed count, e.g.
+// go test -run '^$' -bench BytesPerKey -benchtime 20000x ./sqlitestore/
+func BenchmarkBytesPerKey(b *testing.B) {
+	for _, c := range bytesCases {
+		a, events := c.alg, c.events
+		for _, size := range []int{16, 256} {
+			for _, audit := range []string{"", "/ping"} {
+				name := fmt.Sprintf("%s/events=%d/key=%d/audit=%t", a, events, size, audit != "")
+				b.Run(name, func(b *testing.B) {
+					s, path := newStore(b)
+					p := policy("p", a, 10)
+					ctx := context.Background()
+					keys := 0
+					for b.Loop() {
+						key := limiter.Key{Subject: fmt.Sprintf("%0*d", size, keys)}
+						for range events {
+							if _, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0, Audit: audit}); err != nil {
+								b.Fatal(err)
+							}
+						}
+						keys++
+					}
+					b.StopTimer()
+					// A prune that deletes nothing still checkpoints and truncates.
+					if _, err := s.Prune(ctx, t0, nil); err != nil {
+						b.Fatal(err)
+					}
+					b.ReportMetric(float64(fileBytes(b, path))/float64(keys), "file-bytes/key")
+				})
+			}
+		}
+	}
+}
+
+// bytesCases are the algorithms BenchmarkBytesPerKey measures, with the
+// attempts made on each key.
+var bytesCases = []struct {
+	alg    limiter.Algorithm
+	events int
+}{
+	{limiter.FixedWindow, 1}, {limiter.SlidingLog, 1}, {limiter.SlidingLog, 10},
+	{limiter.SlidingWindow, 1}, {limiter.TokenBucket, 1},
+}
