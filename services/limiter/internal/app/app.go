@@ -115,11 +115,31 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.store = store
+	// Every store, and the fallback's memory store, holds bounded keys.
+	if a.store, err = limiter.NewKeyBound(store, cfg.MaxKeyBytes); err != nil {
+		return nil, errors.Join(&config.Error{Field: "max_key_bytes", Reason: err.Error()}, store.Close())
+	}
 	if err := a.build(ctx, rules); err != nil {
 		return nil, errors.Join(err, store.Close())
 	}
+	a.warnEviction(ctx, store)
 	return a, nil
+}
+
+// warnEviction warns when the Redis store's server may evict Tollgate's
+// keys when its memory is full: an evicted counter is a fresh budget.
+func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
+	rs, ok := store.(*redisstore.Store)
+	if !ok {
+		return
+	}
+	policy, evicts, err := rs.EvictionPolicy(ctx)
+	switch {
+	case err != nil:
+		a.log.Debug("redis maxmemory-policy unknown", "error", err)
+	case evicts:
+		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (README, Operating safely)", "maxmemory_policy", policy)
+	}
 }
 
 // build probes the store, creates the metrics, the first snapshot and the

@@ -3,16 +3,20 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"os"
 	"reflect"
 	"slices"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // Reload outcomes, the values of tollgate_config_reloads_total's result
@@ -94,11 +98,18 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	if err != nil {
 		return cfg, err
 	}
+	old := a.current.Load()
+	if err := keepsRoutedPolicies(old, cfg); err != nil {
+		return cfg, err
+	}
 	// The Envoy folder the service started with is read again too.
-	rules := a.current.Load().Envoy
+	rules := old.Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
 		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
 			return cfg, err
+		}
+		if len(rules.Domains()) == 0 && len(old.Envoy.Domains()) > 0 && !cfg.EnvoyAllowEmptyReload {
+			return cfg, &config.Error{Field: "--envoy-config", Reason: fmt.Sprintf("%s holds no domain any more: every descriptor would be answered OK with no limit; restore the files, or set --envoy-allow-empty-reload to mean it", a.cfg.EnvoyConfig)}
 		}
 	}
 	snap, err := a.snapshot(cfg, rules)
@@ -109,7 +120,48 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 		return cfg, err
 	}
 	a.current.Store(snap)
+	if lowered := lowered(old.Stored(), snap.Stored()); len(lowered) > 0 {
+		a.log.Warn("reload lowers limits: keys already over a new limit are refused until their windows pass", "policies", lowered)
+	}
 	return cfg, nil
+}
+
+// keepsRoutedPolicies refuses a configuration that no longer defines a
+// policy the running seed routes use. A file cut short, or its policies
+// section lost, would otherwise quietly swap a route's policies for the
+// defaults. To retire a policy, take it off its route in one reload, then
+// delete it in the next.
+func keepsRoutedPolicies(running *snapshot.Snapshot, cfg config.Config) error {
+	for _, r := range []struct {
+		route string
+		plan  *decide.Plan
+	}{{config.RoutePing, running.Ping}, {config.RouteCheck, running.Check}} {
+		for _, p := range r.plan.Policies() {
+			if _, ok := cfg.Policies[p.Name]; !ok {
+				return &config.Error{Field: "policies." + p.Name, Reason: fmt.Sprintf("missing, but the running route %s uses it; take it off routes.%s in one reload, then delete it in the next", r.route, r.route)}
+			}
+		}
+	}
+	return nil
+}
+
+// lowered describes the policies of next whose rate is lower than in prev
+// (a smaller limit, or the same limit over a longer window), by name.
+func lowered(prev, next []limiter.Policy) []string {
+	before := make(map[string]limiter.Policy, len(prev))
+	for _, p := range prev {
+		before[p.Name] = p
+	}
+	var out []string
+	for _, p := range next {
+		b, ok := before[p.Name]
+		// limit/window < b.limit/b.window, crossed in whole seconds (windows
+		// are whole seconds; the products stay under 2^57).
+		if ok && !p.Shadow && p.Limit*int64(b.Window/time.Second) < b.Limit*int64(p.Window/time.Second) {
+			out = append(out, fmt.Sprintf("%s: %d per %s -> %d per %s", p.Name, b.Limit, b.Window, p.Limit, p.Window))
+		}
+	}
+	return out
 }
 
 // reloadLoop calls Reload for each signal until ctx is done.

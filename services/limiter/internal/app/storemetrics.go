@@ -76,6 +76,9 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 // counters at scrape time (no polling goroutine): none for a store that has
 // none (redis: its server has its own exporter).
 func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
+	if b, ok := s.(*limiter.KeyBound); ok {
+		s = b.Unwrap()
+	}
 	switch s := s.(type) {
 	case *memstore.Store:
 		return []prometheus.Collector{memoryCollector{s}}

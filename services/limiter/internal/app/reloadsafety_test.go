@@ -1,0 +1,109 @@
+package app
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+// An empty file (a tool caught mid-write) or one of several YAML documents
+// is refused: the running limits stay instead of falling back to the
+// defaults or to the first document.
+func TestReloadRefusesEmptyAndMultiDocumentFiles(t *testing.T) {
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 100}\n", "--log-level=warn")
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"empty", "", "is empty"},
+		{"two documents", "policies:\n  ping: {limit: 100}\n---\npolicies:\n  ping: {limit: 1}\n", "more than one YAML document"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f.write(t, tt.yaml)
+			err := f.app.Reload(context.Background())
+			require.ErrorIs(t, err, config.ErrInvalid)
+			assert.ErrorContains(t, err, tt.want)
+			_, body := ping(t, f.app.Handler(), "k-"+tt.name)
+			assert.Equal(t, 100.0, body["limit"], "the running limit stays")
+		})
+	}
+	assert.Len(t, f.logs.matching("reload refused"), 2, "logged at --log-level=warn")
+}
+
+// A reload may not drop a policy that a running route uses; taking it off
+// the route first, then deleting it, works.
+func TestReloadRefusesRemovingARoutedPolicy(t *testing.T) {
+	f := newReloadFixture(t, `policies:
+  burst: {algorithm: fixed_window, limit: 10, window: 1s}
+routes:
+  ping: [ping, burst]
+`)
+	f.write(t, "policies:\n  ping: {limit: 5}\n") // the burst policy and the routes lost
+	err := f.app.Reload(context.Background())
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.EqualError(t, err, "config: policies.burst: missing, but the running route ping uses it; take it off routes.ping in one reload, then delete it in the next")
+	_, body := ping(t, f.app.Handler(), "k")
+	assert.Equal(t, 3.0, body["limit"], "the running ping policy stays")
+
+	f.write(t, "policies:\n  ping: {limit: 5}\n  burst: {algorithm: fixed_window, limit: 10, window: 1s}\nroutes:\n  ping: [ping]\n")
+	require.NoError(t, f.app.Reload(context.Background()), "off the route first")
+	f.write(t, "policies:\n  ping: {limit: 5}\n")
+	require.NoError(t, f.app.Reload(context.Background()), "then deleted")
+	_, body = ping(t, f.app.Handler(), "k2")
+	assert.Equal(t, 5.0, body["limit"])
+}
+
+// A reload that leaves the Envoy folder without any domain is refused
+// unless the operator asks for it: every descriptor would be answered OK.
+func TestReloadRefusesLosingEveryEnvoyDomain(t *testing.T) {
+	for _, allow := range []bool{false, true} {
+		t.Run(map[bool]string{false: "refused", true: "allowed"}[allow], func(t *testing.T) {
+			dir := t.TempDir()
+			file := filepath.Join(dir, "d.yaml")
+			require.NoError(t, os.WriteFile(file, []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: hour, requests_per_unit: 1}\n"), 0o600))
+			extra := []string{"--envoy-config", dir}
+			if allow {
+				extra = append(extra, "--envoy-allow-empty-reload")
+			}
+			f := newReloadFixture(t, "policies:\n  ping: {limit: 2}\n", extra...)
+			srv := httptest.NewServer(f.app.Handler())
+			t.Cleanup(srv.Close)
+			call := func() int {
+				resp, _ := postJSON(t, srv, `{"domain":"d","descriptors":[{"entries":[{"key":"k","value":"x"}]}]}`)
+				return resp.StatusCode
+			}
+			require.Equal(t, http.StatusOK, call())
+			require.NoError(t, os.Remove(file))
+			err := f.app.Reload(context.Background())
+			if !allow {
+				require.ErrorIs(t, err, config.ErrInvalid)
+				assert.ErrorContains(t, err, "config: --envoy-config: "+dir+" holds no domain any more")
+				assert.Equal(t, http.StatusTooManyRequests, call(), "the running rules stay")
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, http.StatusOK, call(), "asked for: no rule any more")
+		})
+	}
+}
+
+// A reload that lowers a limit (or lengthens a window) says so at WARN,
+// naming the policies; raising one does not.
+func TestReloadWarnsWhenLimitsGoDown(t *testing.T) {
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 100}\n  api: {algorithm: token_bucket, limit: 10, window: 1m}\n", "--log-level=warn")
+	f.write(t, "policies:\n  ping: {limit: 200}\n  api: {algorithm: token_bucket, limit: 10, window: 1m}\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	assert.Empty(t, f.logs.matching("lowers limits"), "raised")
+
+	f.write(t, "policies:\n  ping: {limit: 3}\n  api: {algorithm: token_bucket, limit: 10, window: 1h}\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	warned := f.logs.matching("reload lowers limits")
+	require.Len(t, warned, 1)
+	assert.Contains(t, warned[0], "level=WARN")
+	assert.Contains(t, warned[0], `policies="[api: 10 per 1m0s -> 10 per 1h0m0s ping: 200 per 1m0s -> 3 per 1m0s]"`)
+}
