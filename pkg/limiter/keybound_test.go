@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -92,7 +93,7 @@ func TestKeyBoundInEveryStore(t *testing.T) {
 	ctx := context.Background()
 	keys := longKeys(50)
 	p := limiter.Policy{Name: "p", Algorithm: limiter.SlidingLog, Limit: 5, Window: 60e9}
-	flood := func(s limiter.Store) {
+	flood := func(t *testing.T, s limiter.Store) {
 		for _, k := range keys {
 			_, err := s.Allow(ctx, p, limiter.Request{Key: k, Cost: 1, Now: t0, Audit: "/ping"})
 			require.NoError(t, err)
@@ -102,7 +103,7 @@ func TestKeyBoundInEveryStore(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "limiter.db")
 		s, err := sqlitestore.Open(path)
 		require.NoError(t, err)
-		flood(bounded(t, s))
+		flood(t, bounded(t, s))
 		db, err := sql.Open("sqlite", "file:"+path)
 		require.NoError(t, err)
 		defer db.Close()
@@ -121,9 +122,9 @@ func TestKeyBoundInEveryStore(t *testing.T) {
 	})
 	t.Run("redis", func(t *testing.T) {
 		srv := redistest.Start(t)
-		s, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()))
+		s, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()), redisstore.WithTimeout(5*time.Second))
 		require.NoError(t, err)
-		flood(bounded(t, s))
+		flood(t, bounded(t, s))
 		names, err := srv.Client().Keys(ctx, srv.Prefix()+"*").Result()
 		require.NoError(t, err)
 		assert.Len(t, names, len(keys))

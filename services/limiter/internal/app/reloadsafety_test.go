@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
@@ -106,4 +107,29 @@ func TestReloadWarnsWhenLimitsGoDown(t *testing.T) {
 	require.Len(t, warned, 1)
 	assert.Contains(t, warned[0], "level=WARN")
 	assert.Contains(t, warned[0], `policies="[api: 10 per 1m0s -> 10 per 1h0m0s ping: 200 per 1m0s -> 3 per 1m0s]"`)
+}
+
+// At start on Redis, a maxmemory-policy that can evict Tollgate's counters
+// is a WARN; noeviction is not.
+func TestRedisEvictionPolicyWarnsAtStart(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.Shared() {
+		t.Skip("sets maxmemory-policy: needs a private redis-server")
+	}
+	for policy, warns := range map[string]bool{"allkeys-lru": true, "volatile-ttl": true, "noeviction": false} {
+		require.NoError(t, srv.Client().ConfigSet(context.Background(), "maxmemory-policy", policy).Err())
+		logs := &lines{}
+		cfg := load(t, "--store=redis", "--redis-url="+srv.URL(), "--redis-timeout=5s")
+		a, err := New(context.Background(), cfg, WithLogger(NewLogger(cfg, logs)))
+		require.NoError(t, err)
+		require.NoError(t, a.Close())
+		warned := logs.matching("redis may evict rate-limit counters")
+		if !warns {
+			assert.Empty(t, warned, policy)
+			continue
+		}
+		require.Len(t, warned, 1, policy)
+		assert.Contains(t, warned[0], "level=WARN")
+		assert.Contains(t, warned[0], "maxmemory_policy="+policy)
+	}
 }

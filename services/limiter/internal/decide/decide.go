@@ -221,6 +221,7 @@ func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Ti
 			r.Over = !r.Allowed
 		}
 		d.storeTime.Observe(time.Since(begin).Seconds())
+		d.metrics.health.record(now, err)
 		if err != nil {
 			d.storeErr.Inc()
 			return r, err
@@ -298,8 +299,15 @@ func (d *Decider) Reset(ctx context.Context, ps []limiter.Policy, k limiter.Key,
 	return deleted, nil
 }
 
-// Ping checks that the store can answer. An error is counted.
-func (d *Decider) Ping(ctx context.Context) error { return d.failed(d.store.Ping(ctx)) }
+// Ping checks that the store can decide: its own Ping (an error is
+// counted), then the recent decisions, which must not have failed too often
+// (see healthWindow): a store can answer a ping and still fail decisions.
+func (d *Decider) Ping(ctx context.Context) error {
+	if err := d.failed(d.store.Ping(ctx)); err != nil {
+		return err
+	}
+	return d.metrics.health.check(d.clock.Now())
+}
 
 // failed counts err, when not nil, as a store error and returns it.
 func (d *Decider) failed(err error) error {

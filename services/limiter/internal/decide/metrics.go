@@ -22,6 +22,7 @@ type Metrics struct {
 	decisions   *prometheus.CounterVec   // policy, result
 	storeErrors *prometheus.CounterVec   // store
 	duration    *prometheus.HistogramVec // store
+	health      health                   // the recent error rate, for Ping
 }
 
 // NewMetrics creates the collectors and registers them on reg.

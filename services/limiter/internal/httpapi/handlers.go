@@ -388,7 +388,9 @@ func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
 	defer cancel()
 	if err := s.Decider.Ping(ctx); err != nil {
-		return answer{}, unavailable(err)
+		p := unavailable(err)
+		p.detail = "not ready: " + err.Error()
+		return answer{}, p
 	}
 	return ok(gin.H{"status": "ready"}), nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"time"
 
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,6 +84,8 @@ type handler struct {
 	fold        canon.Fold
 	guard       *adminGuard
 	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
+	// storeErrors samples the store-error log lines.
+	storeErrors *sampler
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -91,7 +94,8 @@ func New(o Options) (*gin.Engine, error) {
 	if o.Snapshot == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
-	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, fold: o.EndpointFold}
+	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, fold: o.EndpointFold,
+		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}

@@ -122,8 +122,13 @@ func newProblem(c *gin.Context, status int, detail string) Problem {
 // writes error answers.
 func (h *handler) writeProblem(c *gin.Context, p *problem) {
 	if p.cause != nil {
-		h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store error",
-			slog.String("request_id", c.GetString(ctxRequestID)), slog.String("error", p.cause.Error()))
+		if ok, dropped := h.storeErrors.take(); ok {
+			if dropped > 0 {
+				h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store errors not logged (sampled)", slog.Int("count", dropped))
+			}
+			h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store error",
+				slog.String("request_id", c.GetString(ctxRequestID)), slog.String("error", p.cause.Error()))
+		}
 	}
 	if p.retryAfter != "" {
 		c.Header("Retry-After", p.retryAfter)

@@ -3,7 +3,9 @@ package httpapi_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,4 +77,52 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	assert.Equal(t, http.StatusServiceUnavailable, s.ready(), "the breaker is still open")
 	clock.Advance(cooldown)
 	assert.Equal(t, http.StatusOK, s.ready(), "the probe succeeded")
+}
+
+// TestReadyzFollowsFailingDecisions: a store can commit its ping and still
+// fail every decision (here a trigger refuses every new window row): once
+// decisions fail more often than not, /readyz answers 503 and says why;
+// when they work again and the failures are out of the window, 200.
+func TestReadyzFollowsFailingDecisions(t *testing.T) {
+	path := sqliteDB(t)
+	store, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { closeStore(t, store) })
+	s := newServer(t, store)
+	require.Equal(t, http.StatusOK, s.ready())
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, db.Close()) })
+	_, err = db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON rate_limit_windows BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+	require.NoError(t, err)
+	for i := range 6 {
+		assertProblem(t, s.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
+	}
+	body := assertProblem(t, s.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
+	assert.Equal(t, "not ready: decide: 6 of the last 6 store calls failed in 10s", body["detail"])
+
+	_, err = db.Exec(`DROP TRIGGER refuse`)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusServiceUnavailable, s.ready(), "the failures are recent")
+	s.clock.Advance(11 * time.Second)
+	assert.Equal(t, http.StatusOK, s.ready(), "out of the window")
+	assert.Equal(t, http.StatusOK, s.ping("after").Code)
+}
+
+// TestStoreErrorLogsAreSampled: a store failing every request logs the
+// first few errors of each interval, not one line per request.
+func TestStoreErrorLogsAreSampled(t *testing.T) {
+	store := openMemory(t)
+	s := newServer(t, store)
+	require.NoError(t, store.Close())
+	start := time.Now()
+	const requests = 60
+	for i := range requests {
+		assertProblem(t, s.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
+	}
+	intervals := int(time.Since(start)/(10*time.Second)) + 1 // a hang guard for a slow machine, not a timing assertion
+	lines := strings.Count(s.logs.String(), `msg="store error"`)
+	assert.GreaterOrEqual(t, lines, 10)
+	assert.LessOrEqual(t, lines, 10*intervals, "%d requests", requests)
 }
