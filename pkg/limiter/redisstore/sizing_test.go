@@ -22,7 +22,7 @@ func TestEvictionPolicy(t *testing.T) {
 	if srv.Shared() {
 		t.Skip("sets maxmemory-policy: needs a private redis-server")
 	}
-	s, err := redisstore.Open(srv.URL())
+	s, err := redisstore.Open(srv.URL(), redisstore.WithTimeout(5*time.Second)) // a busy machine is not a slow Redis
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	ctx := context.Background()
