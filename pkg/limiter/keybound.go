@@ -105,3 +105,6 @@ func (b *KeyBound) Ping(ctx context.Context) error { return b.store.Ping(ctx) }
 
 // Close closes the store.
 func (b *KeyBound) Close() error { return b.store.Close() }
+
+// Capabilities are the store's: bounding keys changes none of them.
+func (b *KeyBound) Capabilities() Capabilities { return CapabilitiesOf(b.store) }

@@ -33,6 +33,16 @@ func TestKeyBoundConformance(t *testing.T) {
 	limitertest.Run(t, func(t testing.TB) limiter.Store { return bounded(t, memstore.New()) })
 }
 
+// The wrapper declares what the store declares (a remote store stays
+// remote: the service's outage handling depends on it).
+func TestKeyBoundKeepsCapabilities(t *testing.T) {
+	srv := redistest.Start(t)
+	s, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()))
+	require.NoError(t, err)
+	assert.True(t, limiter.CapabilitiesOf(bounded(t, s)).Remote)
+	assert.Equal(t, limiter.CapabilitiesOf(memstore.New()), limiter.CapabilitiesOf(bounded(t, memstore.New())))
+}
+
 func TestNewKeyBoundRefusesBadBounds(t *testing.T) {
 	for _, n := range []int{0, limiter.MinKeyBytes - 1, limiter.MaxKeyLen + 1} {
 		_, err := limiter.NewKeyBound(memstore.New(), n)
