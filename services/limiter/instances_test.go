@@ -94,10 +94,17 @@ func (in *instance) logCount(prefix string) int {
 // stops it with SIGTERM at cleanup.
 func startInstance(t *testing.T, srv *redistest.Server, policies string, flags []string, env ...string) *instance {
 	t.Helper()
+	return launchInstance(t, nil, srv.URL(), policies, flags, env...)
+}
+
+// launchInstance is startInstance on the Redis at redisURL, the command
+// prefixed by wrapper (such as taskset's arguments) when not empty.
+func launchInstance(t *testing.T, wrapper []string, redisURL, policies string, flags []string, env ...string) *instance {
+	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "limiter.yaml")
 	require.NoError(t, os.WriteFile(cfg, []byte(policies), 0o600))
-	args := append([]string{"--store=redis", "--redis-url=" + srv.URL(), "--config=" + cfg}, flags...)
-	return startProcess(t, args, env...)
+	args := append([]string{"--store=redis", "--redis-url=" + redisURL, "--config=" + cfg}, flags...)
+	return startWrapped(t, wrapper, args, env...)
 }
 
 // startProcess starts the binary with --addr=127.0.0.1:0 --log-format=json
@@ -108,8 +115,15 @@ func startInstance(t *testing.T, srv *redistest.Server, policies string, flags [
 // process is stopped with SIGTERM at cleanup.
 func startProcess(t *testing.T, args []string, env ...string) *instance {
 	t.Helper()
-	args = append([]string{"--addr=127.0.0.1:0", "--log-format=json"}, args...)
-	cmd := exec.Command(sharedBinary(t), args...)
+	return startWrapped(t, nil, args, env...)
+}
+
+// startWrapped is startProcess with the command prefixed by wrapper (such
+// as taskset's arguments) when not empty.
+func startWrapped(t *testing.T, wrapper []string, args []string, env ...string) *instance {
+	t.Helper()
+	argv := append(append(append(wrapper, sharedBinary(t)), "--addr=127.0.0.1:0", "--log-format=json"), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(os.Environ(), env...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)

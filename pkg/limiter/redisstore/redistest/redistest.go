@@ -151,6 +151,19 @@ func (s *Server) Restart() {
 	}
 }
 
+// PID returns the private server's process id, 0 when it is stopped. On a
+// shared server it skips the test.
+func (s *Server) PID() int {
+	s.t.Helper()
+	s.needPrivate("PID")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Process.Pid
+}
+
 // Shared reports whether the server is the one LIMITER_TEST_REDIS_URL names,
 // which tests must not stop, reconfigure or flush.
 func (s *Server) Shared() bool { return s.shared }
