@@ -11,4 +11,8 @@ var (
 	ErrUnsupported      = errors.New("algorithm not supported by this store")
 	ErrClosed           = errors.New("store closed")
 	ErrUnavailable      = errors.New("store unavailable")
+	// ErrOverloaded: the call never reached the store, its caller's time
+	// ran out while it waited for its turn. The instance is saturated; the
+	// store is not to blame, and an answer may come from another instance.
+	ErrOverloaded = errors.New("instance overloaded")
 )

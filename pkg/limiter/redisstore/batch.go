@@ -10,103 +10,129 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-)
 
-// flushers is how many batches may be in flight at once, each on its own
-// connection. A flusher that is free takes whatever is queued, so a lone
-// call waits for no one; under load calls queue while the flushers' batches
-// are in flight and leave together in the next ones.
-const flushers = 2
+	"github.com/tollgate/tollgate/pkg/limiter"
+)
 
 // errBatcherClosed answers the calls still queued when the store closes.
 var errBatcherClosed = errors.New("store closing")
 
-// errNotSent answers a call whose deadline passed while it waited for a
-// flusher: it never reached Redis, so it says nothing about Redis's health
-// (the breaker does not count it), only that this instance is saturated.
-var errNotSent = errors.New("not sent: the deadline passed while the call waited for a batch")
+// errNotSent marks a call that never reached Redis: its caller's time ran
+// out while it waited for a flusher. It says nothing about Redis's health
+// (the breaker does not count it), only that this instance is overloaded;
+// the error wraps limiter.ErrOverloaded, not limiter.ErrUnavailable.
+var errNotSent = fmt.Errorf("not sent: the request's time ran out while it waited for its turn: %w", limiter.ErrOverloaded)
 
-// batcher sends the scripts of concurrent decisions to Redis together: the
-// calls queued while earlier batches were in flight are written as one
-// pipeline (EVALSHA each) and read back in one go, each caller getting its
-// own script's answer. It is safe for concurrent use.
+// Job states: a flusher and the caller race to move a queued job on; the
+// winner decides whether the call reaches Redis.
+const (
+	queued int32 = iota
+	sent
+	dropped
+)
+
+// batcher sends the scripts of decisions to Redis. Flushers take the calls
+// queued while earlier batches were in flight, group them by the node that
+// owns their key, and write each group as one pipeline (EVALSHA each), read
+// back in one go; each caller gets its own script's answer. It is safe for
+// concurrent use.
 //
-// A batch of one is sent with Script.Run, as an unbatched store would. In a
-// pipeline, go-redis neither reloads a missing script nor drops a connection
-// that answered READONLY (a demoted primary), so a call that got NOSCRIPT or
-// READONLY there is sent again alone with Script.Run, which does both.
+// Time. A call's caller waits in the queue for as long as its context lets
+// it; a call still queued when that runs out is dropped, never sent. Once a
+// flusher takes a call, the call is sent whatever its caller does, and the
+// time Redis is allowed starts then: the flusher sets the I/O deadline of
+// the round trip (timeout, or probeTimeout when the batch carries a
+// half-open probe) just before it hands the batch to go-redis, which takes a
+// connection and writes at once (it also bounds each socket read and write
+// by probeTimeout from when it starts them). go-redis's hooks would not
+// measure better: a ProcessPipelineHook runs before the connection is taken.
+// So a saturated instance, whose calls wait long for a flusher or for CPU
+// before they are written, does not blame Redis for its own queue.
+//
+// A batch of one is sent with Script.Run. In a pipeline, go-redis neither
+// reloads a missing script nor drops a connection that answered READONLY (a
+// demoted primary), so a call that got NOSCRIPT or READONLY there is sent
+// again alone with Script.Run, which does both: neither reply ran the script.
 type batcher struct {
-	client  *redis.Client
-	timeout time.Duration // of one pipeline
-	max     int           // calls per batch
-	queue   chan *job
-	quit    chan struct{}
-	wg      sync.WaitGroup
-	jobs    sync.Pool
+	router       router
+	timeout      time.Duration
+	probeTimeout time.Duration
+	max          int // calls per batch
+	classify     func(error) outcome
+	report       func(node *redis.Client, o outcome)
+	queue        chan *job
+	quit         chan struct{}
+	sent         atomic.Uint64 // calls taken to be sent
+	wg           sync.WaitGroup
 }
 
-// job is one script call. The caller owns it until it is queued; then a
-// flusher sets val and err and signals done (buffered: the flusher never
-// waits for a caller that gave up).
+// job is one script call. A flusher sets val and err and signals done
+// (buffered: the flusher never waits for a caller that left).
 type job struct {
-	ctx    context.Context
 	script *redis.Script
 	keys   []string
 	args   []any
+	probe  bool
 	val    []int64
 	err    error
+	o      outcome
 	done   chan struct{}
-	sent   atomic.Bool // set by the flusher before it writes the call
+	state  atomic.Int32
 }
 
-func newBatcher(client *redis.Client, timeout time.Duration, maxBatch int) *batcher {
+// newBatcher starts flushers flushers that send up to maxBatch calls per
+// round trip, judge each call's error with classify and report each round
+// trip's outcome per node.
+func newBatcher(r router, timeout, probeTimeout time.Duration, flushers, maxBatch int,
+	classify func(error) outcome, report func(*redis.Client, outcome)) *batcher {
 	b := &batcher{
-		client:  client,
-		timeout: timeout,
-		max:     maxBatch,
-		queue:   make(chan *job, flushers*maxBatch),
-		quit:    make(chan struct{}),
+		router:       r,
+		timeout:      timeout,
+		probeTimeout: probeTimeout,
+		max:          maxBatch,
+		classify:     classify,
+		report:       report,
+		queue:        make(chan *job, flushers*maxBatch),
+		quit:         make(chan struct{}),
 	}
-	b.jobs.New = func() any { return &job{keys: make([]string, 1), done: make(chan struct{}, 1)} }
 	for range flushers {
 		b.wg.Go(b.loop)
 	}
 	return b
 }
 
-// run queues script on key with args and waits for its answer, or for ctx.
-func (b *batcher) run(ctx context.Context, script *redis.Script, key string, args []any) ([]int64, error) {
-	j := b.jobs.Get().(*job)
-	j.ctx, j.script, j.keys[0], j.args = ctx, script, key, args
+// run queues script on key with args and waits for its answer. It returns
+// errNotSent when ctx ends before a flusher took the call. Once the call is
+// sent, it waits for the answer even past ctx's deadline (the answer comes
+// within the I/O timeout, and Redis has counted the attempt: throwing the
+// decision away would spend the budget on nobody), unless ctx is cancelled:
+// the caller has gone. It also returns the round trip's outcome, for a
+// probe's bookkeeping.
+func (b *batcher) run(ctx context.Context, script *redis.Script, key string, args []any, probe bool) ([]int64, outcome, error) {
+	if ctx.Err() != nil {
+		return nil, abandoned, errNotSent
+	}
+	j := &job{script: script, keys: []string{key}, args: args, probe: probe, done: make(chan struct{}, 1)}
 	select {
 	case b.queue <- j:
 	case <-ctx.Done():
-		b.release(j)
-		return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
+		return nil, abandoned, errNotSent
 	case <-b.quit:
-		b.release(j)
-		return nil, errBatcherClosed
+		return nil, abandoned, errBatcherClosed
 	}
 	select {
 	case <-j.done:
-		val, err := j.val, j.err
-		b.release(j)
-		return val, err
+		return j.val, j.o, j.err
 	case <-ctx.Done():
-		// A flusher still holds j and will answer on its buffered channel,
-		// which nobody reads any more: j is not reused.
-		if !j.sent.Load() {
-			return nil, fmt.Errorf("%w: %w", errNotSent, ctx.Err())
-		}
-		return nil, ctx.Err()
 	}
-}
-
-// release drops j's references and pools it.
-func (b *batcher) release(j *job) {
-	j.ctx, j.script, j.keys[0], j.args, j.val, j.err = nil, nil, "", nil, nil, nil
-	j.sent.Store(false)
-	b.jobs.Put(j)
+	if j.state.CompareAndSwap(queued, dropped) {
+		return nil, abandoned, errNotSent
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		<-j.done // sent: bounded by the I/O timeout
+		return j.val, j.o, j.err
+	}
+	return nil, abandoned, ctx.Err()
 }
 
 // loop is one flusher: it takes the first queued call, whatever else is
@@ -137,51 +163,86 @@ func (b *batcher) loop() {
 	}
 }
 
-// flush sends batch and answers each call. Calls whose callers have gone
-// are answered without being sent.
+// flush sends the calls of batch that their callers still wait for, one
+// round trip per node, concurrently, and answers each.
 func (b *batcher) flush(batch []*job) {
-	live := make([]*job, 0, len(batch))
+	groups := map[*redis.Client][]*job{}
 	for _, j := range batch {
-		if err := j.ctx.Err(); err != nil {
-			b.answer(j, nil, fmt.Errorf("%w: %w", errNotSent, err))
+		if !j.state.CompareAndSwap(queued, sent) {
+			continue // its caller left before it was sent
+		}
+		b.sent.Add(1)
+		node, err := b.router.nodeFor(context.Background(), j.keys[0])
+		if err != nil { // no slot map: nothing was sent
+			b.router.failed()
+			answer(j, nil, failed, err)
 			continue
 		}
-		j.sent.Store(true)
-		live = append(live, j)
+		groups[node] = append(groups[node], j)
 	}
-	if len(live) == 1 {
-		j := live[0]
-		b.answer(j, j.script.Run(j.ctx, b.client, j.keys, j.args...), nil)
+	if len(groups) == 1 {
+		for node, jobs := range groups {
+			b.send(node, jobs)
+		}
 		return
 	}
-	if len(live) == 0 {
-		return
+	var wg sync.WaitGroup
+	for node, jobs := range groups {
+		wg.Go(func() { b.send(node, jobs) })
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), b.timeout)
+	wg.Wait()
+}
+
+// send makes one round trip to node with jobs and answers them. The I/O
+// deadline starts here, right before go-redis takes a connection and writes.
+func (b *batcher) send(node *redis.Client, jobs []*job) {
+	timeout := b.timeout
+	for _, j := range jobs {
+		if j.probe {
+			timeout = b.probeTimeout
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	cmds := make([]*redis.Cmd, len(live))
-	// Exec's error is the first command's error; each command has its own.
-	_, _ = b.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, j := range live {
-			cmds[i] = j.script.EvalSha(ctx, p, j.keys, j.args...)
+	cmds := make([]*redis.Cmd, len(jobs))
+	if len(jobs) == 1 {
+		cmds[0] = jobs[0].script.Run(ctx, node, jobs[0].keys, jobs[0].args...)
+	} else {
+		// Exec's error is the first command's error; each command has its own.
+		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, j := range jobs {
+				cmds[i] = j.script.EvalSha(ctx, p, j.keys, j.args...)
+			}
+			return nil
+		})
+		for i, j := range jobs {
+			if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsReadOnlyError(err) {
+				cmds[i] = j.script.Run(ctx, node, j.keys, j.args...)
+			}
 		}
-		return nil
-	})
-	for i, j := range live {
-		cmd := cmds[i]
-		if err := cmd.Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsReadOnlyError(err) {
-			cmd = j.script.Run(j.ctx, b.client, j.keys, j.args...)
+	}
+	// One outcome per round trip: the worst of its calls.
+	o := succeeded
+	for _, cmd := range cmds {
+		if c := b.classify(cmd.Err()); c == failed || c == abandoned && o == succeeded {
+			o = c
 		}
-		b.answer(j, cmd, nil)
+	}
+	if o == failed {
+		b.router.failed()
+	}
+	b.report(node, o)
+	for i, j := range jobs {
+		answer(j, cmds[i], o, nil)
 	}
 }
 
 // answer sets j's result, from cmd when err is nil, and signals its caller.
-func (b *batcher) answer(j *job, cmd *redis.Cmd, err error) {
+func answer(j *job, cmd *redis.Cmd, o outcome, err error) {
 	if err == nil {
 		j.val, err = cmd.Int64Slice()
 	}
-	j.err = err
+	j.err, j.o = err, o
 	j.done <- struct{}{}
 }
 
@@ -193,7 +254,7 @@ func (b *batcher) close() {
 	for {
 		select {
 		case j := <-b.queue:
-			b.answer(j, nil, errBatcherClosed)
+			answer(j, nil, abandoned, errBatcherClosed)
 		default:
 			return
 		}

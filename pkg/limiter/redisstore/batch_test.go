@@ -12,18 +12,17 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 )
 
-// idleBatcher is a batcher on srv whose flushers are not running, so that a
-// test hands it batches itself.
-func idleBatcher(t *testing.T, srv *redistest.Server) *batcher {
-	t.Helper()
-	s := openStore(t, srv, srv.Prefix(), WithMaxBatch(1))
-	return &batcher{client: s.client, timeout: testTimeout, max: 8, queue: make(chan *job, 8), quit: make(chan struct{})}
+// idleBatcher is a batcher on s's Redis whose flushers are not running, so
+// that a test hands it batches itself.
+func idleBatcher(s *Store) *batcher {
+	return &batcher{router: s.router, timeout: testTimeout, probeTimeout: testTimeout, max: 8,
+		classify: s.classify, report: s.report, queue: make(chan *job, 8), quit: make(chan struct{})}
 }
 
 // fixedJob is one fixed_window attempt of cost 1 on key (limit 100 per
 // minute, server time), as Store.decide queues it.
-func fixedJob(ctx context.Context, key string) *job {
-	return &job{ctx: ctx, script: fixedWindowScript, keys: []string{key}, args: []any{"", "", int64(60), int64(100), int64(1)},
+func fixedJob(key string) *job {
+	return &job{script: fixedWindowScript, keys: []string{key}, args: []any{"", "", int64(60), int64(100), int64(1)},
 		done: make(chan struct{}, 1)}
 }
 
@@ -49,9 +48,9 @@ func counts(t *testing.T, jobs []*job) []int64 {
 // own script's result.
 func TestPipelineAnswersEachCall(t *testing.T) {
 	srv := redistest.Start(t)
-	b := idleBatcher(t, srv)
+	b := idleBatcher(openStore(t, srv, srv.Prefix()))
 	key := srv.Prefix() + ":{batch}:ordered"
-	jobs := []*job{fixedJob(t.Context(), key), fixedJob(t.Context(), key), fixedJob(t.Context(), key)}
+	jobs := []*job{fixedJob(key), fixedJob(key), fixedJob(key)}
 	b.flush(jobs)
 	assert.Equal(t, []int64{0, 1, 2}, counts(t, jobs))
 }
@@ -63,67 +62,89 @@ func TestPipelineReloadsFlushedScripts(t *testing.T) {
 	if srv.Shared() {
 		t.Skip("SCRIPT FLUSH would empty the script cache of the server " + redistest.EnvURL + " names")
 	}
-	b := idleBatcher(t, srv)
+	b := idleBatcher(openStore(t, srv, srv.Prefix()))
 	key := srv.Prefix() + ":{batch}:flushed"
-	b.flush([]*job{fixedJob(t.Context(), key)}) // loads the script
+	b.flush([]*job{fixedJob(key)}) // loads the script
 	require.NoError(t, srv.Client().ScriptFlush(t.Context()).Err())
-	jobs := []*job{fixedJob(t.Context(), key), fixedJob(t.Context(), key), fixedJob(t.Context(), key)}
+	jobs := []*job{fixedJob(key), fixedJob(key), fixedJob(key)}
 	b.flush(jobs)
 	assert.Equal(t, []int64{1, 2, 3}, counts(t, jobs))
 }
 
-// A call whose caller has gone before its batch leaves is answered with the
-// caller's error and never reaches Redis; the others are sent.
-func TestPipelineSkipsAbandonedCalls(t *testing.T) {
+// A call whose caller left before its batch was sent is dropped: never sent,
+// never answered; the others are sent.
+func TestPipelineSkipsDroppedCalls(t *testing.T) {
 	srv := redistest.Start(t)
-	b := idleBatcher(t, srv)
-	key := srv.Prefix() + ":{batch}:abandoned"
-	gone, cancel := context.WithCancel(t.Context())
-	cancel()
-	jobs := []*job{fixedJob(t.Context(), key), fixedJob(gone, key), fixedJob(t.Context(), key)}
+	b := idleBatcher(openStore(t, srv, srv.Prefix()))
+	key := srv.Prefix() + ":{batch}:dropped"
+	jobs := []*job{fixedJob(key), fixedJob(key), fixedJob(key)}
+	jobs[1].state.Store(dropped)
 	b.flush(jobs)
-	<-jobs[1].done
-	require.ErrorIs(t, jobs[1].err, context.Canceled)
-	assert.Nil(t, jobs[1].val)
-	live := []*job{jobs[0], jobs[2]}
-	assert.Equal(t, []int64{0, 1}, counts(t, live))
+	assert.Empty(t, jobs[1].done, "a dropped call is not answered")
+	assert.Equal(t, []int64{0, 1}, counts(t, []*job{jobs[0], jobs[2]}))
 	vals, err := srv.Client().HVals(t.Context(), key).Result()
 	require.NoError(t, err)
 	assert.Equal(t, []string{"2"}, vals, "two attempts counted")
 }
 
-// A call whose deadline passes while it waits for a flusher never reached
-// Redis: it fails as not sent, and the breaker does not count it as a
-// failure of Redis (a saturated instance must not declare a healthy Redis
+// A call whose caller's time runs out while it waits for a flusher never
+// reached Redis: it fails as overloaded, not unavailable, and the breaker
+// does not count it (a saturated instance must not declare a healthy Redis
 // dead). The batcher here has no flushers, so the call waits for sure.
-func TestQueuedCallThatTimesOutIsNotARedisFailure(t *testing.T) {
+func TestQueuedCallThatTimesOutIsOverloaded(t *testing.T) {
 	srv := redistest.Start(t)
-	s := openStore(t, srv, srv.Prefix(), WithMaxBatch(1), WithBreaker(1, time.Hour))
-	s.timeout = 20 * time.Millisecond
-	s.batch = &batcher{client: s.client, timeout: testTimeout, max: 8, queue: make(chan *job, 8), quit: make(chan struct{})}
-	s.batch.jobs.New = func() any { return &job{keys: make([]string, 1), done: make(chan struct{}, 1)} }
-
+	s := openStore(t, srv, srv.Prefix(), WithBreaker(BreakerConfig{Ratio: 0.01, MinCalls: 1, Interval: time.Minute, Cooldown: time.Hour, Probes: 1}))
+	s.batch = idleBatcher(s)
 	p := policy("queued", limiter.FixedWindow, 10, time.Minute)
-	_, err := s.Allow(context.Background(), p, limiter.Request{Key: limiter.Key{Subject: srv.Prefix() + "q"}, Cost: 1, Now: base})
-	require.ErrorIs(t, err, limiter.ErrUnavailable)
-	require.ErrorIs(t, err, errNotSent)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Millisecond)
+	defer cancel()
+	_, err := s.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: "q"}, Cost: 1, Now: base})
+	require.ErrorIs(t, err, limiter.ErrOverloaded)
+	assert.NotErrorIs(t, err, limiter.ErrUnavailable)
 	assert.False(t, s.Degraded(), "one failure would open this breaker; a call never sent is none")
+	require.Len(t, s.batch.queue, 1)
+	j := <-s.batch.queue
+	assert.Equal(t, dropped, j.state.Load(), "the flusher would not send it")
+}
 
-	// The flusher's side: a call already expired when its batch leaves.
-	gone, cancel := context.WithCancel(t.Context())
-	cancel()
-	j := fixedJob(gone, srv.Prefix()+":{batch}:expired")
-	s.batch.flush([]*job{j})
-	<-j.done
-	assert.ErrorIs(t, j.err, errNotSent)
-	assert.False(t, j.sent.Load())
+// A decision Redis made is not thrown away because the caller's deadline
+// passed while Redis worked: the call was sent, the answer is used. Redis is
+// frozen (SIGSTOP) while the call is in flight, past the caller's deadline.
+func TestLateDecisionIsKept(t *testing.T) {
+	srv := redistest.Start(t)
+	if srv.Shared() {
+		t.Skip("freezes Redis: needs a private redis-server")
+	}
+	s := openStore(t, srv, srv.Prefix())
+	p := policy("late", limiter.FixedWindow, 10, time.Minute)
+	k := limiter.Key{Subject: "u"}
+	allow(t, s, p, k, 1, base) // a connection and the script cache are warm
+	srv.Freeze()
+	ctx := &deadlineCtx{Context: t.Context(), done: make(chan struct{})}
+	type result struct {
+		d   limiter.Decision
+		err error
+	}
+	done := make(chan result, 1)
+	sent := s.Stats().Calls
+	go func() {
+		d, err := s.Allow(ctx, p, limiter.Request{Key: k, Cost: 1, Now: base})
+		done <- result{d, err}
+	}()
+	require.Eventually(t, func() bool { return s.Stats().Calls == sent+1 }, 10*time.Second, time.Millisecond)
+	close(ctx.done) // the caller's deadline passes while Redis works
+	srv.Thaw()
+	r := <-done
+	require.NoError(t, r.err, "the late answer is used")
+	assert.True(t, r.d.Allowed)
+	assert.Equal(t, int64(2), r.d.Count)
 }
 
 // Calls still queued when the store closes are answered, not left waiting.
 func TestCloseAnswersQueuedCalls(t *testing.T) {
 	srv := redistest.Start(t)
-	b := idleBatcher(t, srv)
-	jobs := []*job{fixedJob(t.Context(), "a"), fixedJob(t.Context(), "b")}
+	b := idleBatcher(openStore(t, srv, srv.Prefix()))
+	jobs := []*job{fixedJob("a"), fixedJob("b")}
 	for _, j := range jobs {
 		b.queue <- j
 	}
@@ -135,7 +156,7 @@ func TestCloseAnswersQueuedCalls(t *testing.T) {
 }
 
 // Concurrent callers through the batching store are still counted exactly,
-// and each caller's own error (its deadline) stays its own.
+// and a caller that gave up gets its own error, which is no failure of Redis.
 func TestBatchedBurstIsExact(t *testing.T) {
 	srv := redistest.Start(t)
 	s := openStore(t, srv, srv.Prefix(), WithMaxBatch(16))
@@ -145,8 +166,8 @@ func TestBatchedBurstIsExact(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	_, err := s.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: "u"}, Cost: 1})
-	require.ErrorIs(t, err, context.Canceled)
-	assert.False(t, s.Degraded(), "a caller giving up is no failure of Redis")
+	require.ErrorIs(t, err, limiter.ErrOverloaded, "never sent")
+	assert.False(t, s.Degraded())
 }
 
 // After Close, calls fail with ErrClosed at once.
@@ -161,4 +182,21 @@ func TestBatchingStoreClosed(t *testing.T) {
 func TestMaxBatchMustBePositive(t *testing.T) {
 	_, err := Open("redis://127.0.0.1:1/0", WithMaxBatch(0))
 	assert.ErrorIs(t, err, ErrInvalidConfig)
+}
+
+// deadlineCtx is a context whose deadline passes when the test closes done.
+type deadlineCtx struct {
+	context.Context
+	done chan struct{}
+}
+
+func (c *deadlineCtx) Done() <-chan struct{} { return c.done }
+
+func (c *deadlineCtx) Err() error {
+	select {
+	case <-c.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
 }

@@ -1,57 +1,64 @@
 // Package redisstore is a [limiter.Store] on Redis, for several service
-// instances that must share one set of counters.
+// instances that must share one set of counters: one server, Redis Cluster,
+// or a primary watched by Sentinel, chosen by the URL (ParseURL).
 //
 // Every decision is one atomic Lua script (one round trip), for all five
 // algorithms; sliding_log_unsafe alone takes two round trips, count then
 // record, with nothing holding them together, to demonstrate the race the
 // other algorithms close. By default the scripts read the time from Redis
-// (TIME), so instances with skewed clocks still share one clock; the
-// Decision's times are then the server's, and Request.Now and Peek's now are
-// ignored. WithClientTime uses the caller's time instead (tests, replays).
+// (TIME of the node that owns the key), so instances with skewed clocks still
+// share one clock; the Decision's times are then the server's, and
+// Request.Now and Peek's now are ignored. WithClientTime uses the caller's
+// time instead (tests, replays).
 //
 // State keys look like <prefix>:{<policy>:<subject>}:<scope>:<suffix>, with
 // the user-supplied parts percent-encoded; the hash tag keeps all keys of one
-// subject in one Redis Cluster slot. Every key expires by itself (PEXPIRE:
-// two windows for the window algorithms, one for the log and the bucket), so
-// Prune has nothing to do.
+// subject in one Redis Cluster slot, so one script, one reset and one SCAN
+// reach one node. Every key expires by itself (PEXPIRE: two windows for the
+// window algorithms, one for the log and the bucket), so Prune has nothing to
+// do.
 //
 // The scripts of concurrent decisions share round trips: those queued while
-// earlier ones are in flight are sent together as one pipeline, each caller
-// still getting its own script's answer, so that many callers cost Redis
-// and the service few reads and writes (WithMaxBatch).
+// earlier ones are in flight are sent together, one pipeline per node, each
+// caller still getting its own script's answer (WithMaxBatch).
 //
-// Every call is bounded by a deadline (WithTimeout) and its errors wrap
-// [limiter.ErrUnavailable]; a circuit breaker (WithBreaker) then fails fast
-// while Redis is down and lets a probe through after a cooldown, so the store
-// recovers by itself.
+// Time and failure. A call waits for its turn for as long as the caller's
+// context lets it; if that runs out first, the call was never sent and fails
+// with limiter.ErrOverloaded: this instance is saturated, Redis is not to
+// blame. Once sent, Redis has the I/O timeout (WithTimeout) from the moment
+// the call is written, and a decision Redis made is returned to a caller that
+// still waits, even past its context's deadline. Calls that fail because of
+// Redis wrap limiter.ErrUnavailable; a circuit breaker (WithBreaker) judges
+// the failure ratio of recent round trips and, open, fails calls at once
+// while Redis is down, then lets a few probes through with a generous
+// timeout (WithProbeTimeout), so the store recovers by itself. No call is
+// ever retried: a script whose reply was lost may have counted.
 //
 // It needs Redis 5 or later (a script that reads TIME and then writes relies
-// on effects replication, the default since 5.0). It talks to one node: the
-// keys are laid out for Redis Cluster, but no cluster client is wired in
-// (ResetSubject's SCAN would then have to visit every primary).
+// on effects replication, the default since 5.0).
 package redisstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
+	"net"
+	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-	"github.com/redis/go-redis/v9/maintnotifications"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
 // Defaults of the options.
 const (
-	DefaultTimeout  = 50 * time.Millisecond
-	DefaultPrefix   = "tollgate"
-	DefaultFailures = 5
-	DefaultCooldown = time.Second
-	DefaultMaxBatch = 64
+	DefaultTimeout      = 250 * time.Millisecond
+	DefaultProbeTimeout = 2 * time.Second
+	DefaultPrefix       = "tollgate"
+	DefaultMaxBatch     = 64
 )
 
 // ErrInvalidConfig is wrapped by Open's errors for a bad URL or option.
@@ -61,39 +68,50 @@ var ErrInvalidConfig = errors.New("invalid configuration")
 // number of goroutines, and several Stores (in one process or many) on one
 // Redis share state atomically.
 type Store struct {
-	client     *redis.Client
-	prefix     string
-	timeout    time.Duration
-	clientTime bool
-	breaker    *breaker
-	batch      *batcher // nil: every script is sent alone
-	closed     atomic.Bool
+	router       router
+	kind         Kind
+	prefix       string
+	timeout      time.Duration
+	probeTimeout time.Duration
+	clientTime   bool
+	breaker      *breaker
+	batch        *batcher
+	lag          *lagMonitor
+	closed       atomic.Bool
+	nodeErrors   sync.Map // node name -> *atomic.Uint64: failed round trips
 }
 
 var _ limiter.Store = (*Store)(nil)
 
 type config struct {
-	poolSize   int
-	timeout    time.Duration
-	clientTime bool
-	prefix     string
-	failures   int
-	cooldown   time.Duration
-	clock      limiter.Clock
-	maxBatch   int
+	poolSize     int
+	timeout      time.Duration
+	probeTimeout time.Duration
+	clientTime   bool
+	prefix       string
+	breaker      BreakerConfig
+	onChange     func(from, to BreakerState)
+	clock        limiter.Clock
+	maxBatch     int
 }
 
 // Option configures Open.
 type Option func(*config)
 
-// WithPoolSize sets the number of connections to Redis (n >= 1; default
-// go-redis's, 10 per GOMAXPROCS).
+// WithPoolSize sets the number of connections to Redis, per node (n >= 1;
+// default go-redis's, 10 per GOMAXPROCS).
 func WithPoolSize(n int) Option { return func(c *config) { c.poolSize = n } }
 
-// WithTimeout sets the deadline of each call to Redis, dialling and retries
-// included (d > 0; default 50ms). A dead or stalled Redis costs a caller at
-// most this long, and nothing while the breaker is open.
+// WithTimeout sets the I/O timeout: how long Redis has to answer a call,
+// counted from when the call is written to the connection (d > 0; default
+// 250ms). The wait for a turn before that is bounded by the caller's
+// context, not by this.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithProbeTimeout sets the I/O timeout of the half-open breaker's probes
+// (d >= the I/O timeout; default 2s, or the I/O timeout if longer): generous, so that a Redis that is
+// merely slow to come back is not declared dead again.
+func WithProbeTimeout(d time.Duration) Option { return func(c *config) { c.probeTimeout = d } }
 
 // WithClientTime makes decisions use the caller's time (Request.Now, Peek's
 // now) instead of the Redis server's. Meant for tests and replays: instances
@@ -104,38 +122,51 @@ func WithClientTime() Option { return func(c *config) { c.clientTime = true } }
 // must not be empty nor contain { } * ? [ ] or \.
 func WithPrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-// WithBreaker opens the circuit breaker after failures consecutive failed
-// calls (>= 1; default 5) and keeps it open for cooldown (>= 0; default 1s)
-// before one probe call is let through.
-func WithBreaker(failures int, cooldown time.Duration) Option {
-	return func(c *config) { c.failures, c.cooldown = failures, cooldown }
+// WithBreaker tunes the circuit breaker (default DefaultBreaker).
+func WithBreaker(b BreakerConfig) Option { return func(c *config) { c.breaker = b } }
+
+// WithBreakerObserver calls fn on each change of the breaker's state, from
+// the goroutine whose call changed it, with the breaker locked: fn must be
+// quick and must not call the store (a log line, a counter).
+func WithBreakerObserver(fn func(from, to BreakerState)) Option {
+	return func(c *config) { c.onChange = fn }
 }
 
-// WithMaxBatch bounds how many decisions' scripts are sent to Redis in one
-// pipeline (n >= 1; default 64); 1 sends every script alone, one round trip
-// each. Batching never holds a call back to wait for others: a call waits
-// only while every flusher has a batch in flight, and leaves with the next.
+// WithMaxBatch bounds how many decisions' scripts are sent to one node in
+// one pipeline (n >= 1; default 64); 1 sends every script alone, one round
+// trip each, from as many flushers as the pool has connections. Batching
+// never holds a call back to wait for others: a call waits only while every
+// flusher has a batch in flight, and leaves with the next.
 func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 
-// WithBreakerClock makes the circuit breaker time its cooldown with clk
-// (default the system clock). Decisions never read it.
+// WithBreakerClock makes the circuit breaker time its interval and cooldown
+// with clk (default the system clock). Decisions never read it.
 func WithBreakerClock(clk limiter.Clock) Option { return func(c *config) { c.clock = clk } }
 
 func (c *config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("redisstore: "+format+": %w", append(args, ErrInvalidConfig)...)
 	}
+	b := c.breaker
 	switch {
 	case c.poolSize < 0:
 		return bad("pool size %d is below 1", c.poolSize)
 	case c.timeout <= 0:
 		return bad("timeout %s is not positive", c.timeout)
+	case c.probeTimeout < c.timeout:
+		return bad("probe timeout %s is below the timeout %s", c.probeTimeout, c.timeout)
 	case !validPrefix(c.prefix):
 		return bad("prefix %q is empty or holds one of { } * ? [ ] \\", c.prefix)
-	case c.failures < 1:
-		return bad("breaker failures %d is below 1", c.failures)
-	case c.cooldown < 0:
-		return bad("breaker cooldown %s is negative", c.cooldown)
+	case !(b.Ratio > 0 && b.Ratio <= 1):
+		return bad("breaker ratio %v is not in (0, 1]", b.Ratio)
+	case b.MinCalls < 1:
+		return bad("breaker minimum calls %d is below 1", b.MinCalls)
+	case b.Interval < 10*time.Millisecond:
+		return bad("breaker interval %s is below 10ms", b.Interval)
+	case b.Cooldown < 0:
+		return bad("breaker cooldown %s is negative", b.Cooldown)
+	case b.Probes < 1:
+		return bad("breaker probes %d is below 1", b.Probes)
 	case c.clock == nil:
 		return bad("breaker clock is nil")
 	case c.maxBatch < 1:
@@ -144,65 +175,56 @@ func (c *config) validate() error {
 	return nil
 }
 
-// Open returns a store on the Redis server at url, redis:// or rediss://
-// (TLS), with user, password and database number taken from the URL
-// (redis://user:password@host:port/db). It does not contact the server: the
-// first call does, and Ping tells whether it can. Call Close to release the
-// store's connections and goroutines.
+// Open returns a store on the Redis that url names (see ParseURL: one
+// server, a cluster or a Sentinel-watched primary; TLS with the rediss
+// schemes). It does not contact Redis: the first call does, and Ping tells
+// whether it can. Call Close to release the store's connections and
+// goroutines.
 func Open(url string, opts ...Option) (*Store, error) {
 	c := config{
 		timeout:  DefaultTimeout,
 		prefix:   DefaultPrefix,
-		failures: DefaultFailures,
-		cooldown: DefaultCooldown,
+		breaker:  DefaultBreaker,
 		clock:    limiter.SystemClock{},
 		maxBatch: DefaultMaxBatch,
 	}
 	for _, o := range opts {
 		o(&c)
 	}
+	if c.probeTimeout == 0 {
+		c.probeTimeout = max(DefaultProbeTimeout, c.timeout)
+	}
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
-	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
-		return nil, fmt.Errorf("redisstore: URL scheme is not redis:// or rediss://: %w", ErrInvalidConfig)
-	}
-	o, err := redis.ParseURL(url)
+	t, err := ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", ErrInvalidConfig, err)
+		return nil, err
 	}
-	if c.poolSize > 0 {
-		o.PoolSize = c.poolSize
+	pool := c.poolSize
+	if pool == 0 {
+		pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default, which the flushers need to know
 	}
-	// Every network wait is bounded by the call's deadline.
-	o.ContextTimeoutEnabled = true
-	o.DialTimeout, o.ReadTimeout, o.WriteTimeout, o.PoolTimeout = c.timeout, c.timeout, c.timeout, c.timeout
-	o.DialerRetries = 1 // one dial per attempt: a refused dial fails the call at once
-	// No retries (-1; 0 would mean go-redis's default of 3). A script that
-	// ran but whose reply was lost (EOF after the write) would run again on
-	// a retry and count the same decision twice; a failed call is honest
-	// instead: it wraps ErrUnavailable and the policy's on_store_error
-	// decides. Failover still works: go-redis treats a READONLY reply (also
-	// inside a script error) like a broken connection and closes it instead
-	// of putting it back in the pool, so the next call dials anew and
-	// re-resolves the host name (DNS, proxy or Sentinel-managed address); a
-	// demoted primary loses our connections at its first refused write, and
-	// a READONLY script wrote nothing, so the batcher re-sends it alone.
-	o.MaxRetries = -1
-	o.DisableIdentity = true // no CLIENT SETINFO round trip on each dial
-	o.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
 	s := &Store{
-		client:     redis.NewClient(o),
-		prefix:     c.prefix,
-		timeout:    c.timeout,
-		clientTime: c.clientTime,
-		breaker:    &breaker{clock: c.clock, threshold: c.failures, cooldown: c.cooldown},
+		router:       newRouter(t, ioOptions{poolSize: pool, timeout: c.probeTimeout, dial: c.timeout}),
+		kind:         t.Kind,
+		prefix:       c.prefix,
+		timeout:      c.timeout,
+		probeTimeout: c.probeTimeout,
+		clientTime:   c.clientTime,
+		breaker:      newBreaker(c.breaker, c.clock, c.onChange),
+		lag:          newLagMonitor(c.timeout/4, 2*c.timeout),
 	}
-	if c.maxBatch > 1 {
-		s.batch = newBatcher(s.client, c.timeout, c.maxBatch)
+	flushers := 2 // each with a batch in flight: enough to keep one connection per node busy
+	if c.maxBatch == 1 {
+		flushers = pool
 	}
+	s.batch = newBatcher(s.router, c.timeout, c.probeTimeout, flushers, c.maxBatch, s.classify, s.report)
 	return s, nil
 }
+
+// Kind returns the kind of Redis deployment the store talks to.
+func (s *Store) Kind() Kind { return s.kind }
 
 // Allow counts one attempt of r.Cost units on r.Key under p and decides, in
 // one atomic script. In server-time mode (the default) r.Now is ignored and
@@ -310,27 +332,31 @@ func logDecision(p limiter.Policy, v []int64, cost int64) limiter.Decision {
 	return limiter.SlidingLogDecide(p, events, cost, unix(v[0], v[1]))
 }
 
-// eval runs script on key through the breaker and checks that it returned n
-// integers.
+// eval runs script on key through the breaker and the batcher and checks
+// that it returned n integers.
 func (s *Store) eval(ctx context.Context, op string, script *redis.Script, key string, args []any, n int) ([]int64, error) {
-	var v []int64
-	err := s.call(ctx, op, func(ctx context.Context) error {
-		var err error
-		if s.batch != nil {
-			v, err = s.batch.run(ctx, script, key, args)
-		} else {
-			v, err = script.Run(ctx, s.client, []string{key}, args...).Int64Slice()
-		}
-		if err == nil && len(v) != n {
-			err = fmt.Errorf("script returned %d values, want %d", len(v), n)
-		}
-		return err
-	})
-	return v, err
+	if s.closed.Load() {
+		return nil, fmt.Errorf("redisstore: %s: %w", op, limiter.ErrClosed)
+	}
+	probe, ok := s.breaker.acquire()
+	if !ok {
+		return nil, fmt.Errorf("redisstore: %s: circuit breaker open: %w", op, limiter.ErrUnavailable)
+	}
+	v, o, err := s.batch.run(ctx, script, key, args, probe)
+	if probe {
+		s.breaker.probed(o)
+	}
+	if err == nil && len(v) != n {
+		err = fmt.Errorf("script returned %d values, want %d", len(v), n)
+	}
+	return v, s.wrap(op, err)
 }
 
-// call runs fn with the store's deadline, through the circuit breaker.
-func (s *Store) call(ctx context.Context, op string, fn func(context.Context) error) error {
+// direct runs fn through the breaker with the I/O timeout (the probe timeout
+// for a probe): resets, scans and pings, which do not queue for a flusher.
+// fn reports each of its round trips with the outcome judge gives its error
+// (onNode does).
+func (s *Store) direct(ctx context.Context, op string, fn func(ctx context.Context, judge func(error) outcome) error) error {
 	if s.closed.Load() {
 		return fmt.Errorf("redisstore: %s: %w", op, limiter.ErrClosed)
 	}
@@ -338,29 +364,98 @@ func (s *Store) call(ctx context.Context, op string, fn func(context.Context) er
 	if !ok {
 		return fmt.Errorf("redisstore: %s: circuit breaker open: %w", op, limiter.ErrUnavailable)
 	}
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	err := fn(cctx)
+	timeout := s.timeout
+	if probe {
+		timeout = s.probeTimeout
+	}
+	judge := func(err error) outcome {
+		if err != nil && callerGaveUp(ctx) { // no news about Redis
+			return abandoned
+		}
+		return s.classify(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	err := fn(cctx, judge)
 	cancel()
+	if probe {
+		s.breaker.probed(judge(err))
+	}
+	if err != nil && callerGaveUp(ctx) {
+		return fmt.Errorf("redisstore: %s: %w (%v)", op, callerErr(ctx), err)
+	}
+	return s.wrap(op, err)
+}
+
+// onNode makes one round trip, fn, to the node that owns key and reports its
+// outcome as judge says.
+func (s *Store) onNode(ctx context.Context, key string, judge func(error) outcome, fn func(context.Context, *redis.Client) error) error {
+	node, err := s.router.nodeFor(ctx, key)
+	if err != nil {
+		s.router.failed()
+		return err
+	}
+	err = fn(ctx, node)
+	s.report(node, judge(err))
+	return err
+}
+
+// wrap prefixes err with the operation and says what kind of failure it is:
+// closed, overloaded (never sent), the caller's own (context), or Redis's
+// (ErrUnavailable).
+func (s *Store) wrap(op string, err error) error {
 	switch {
 	case err == nil:
-		s.breaker.release(probe, succeeded)
 		return nil
-	case errors.Is(err, errNotSent): // never reached Redis: no news about it
-		s.breaker.release(probe, abandoned)
-	case callerGaveUp(ctx): // no news about Redis
-		s.breaker.release(probe, abandoned)
-		cause := context.Cause(ctx)
-		if cause == nil { // the deadline passed, the timer has not fired yet
-			cause = context.DeadlineExceeded
-		}
-		err = fmt.Errorf("%w (%v)", cause, err)
-	default:
-		s.breaker.release(probe, failed)
-	}
-	if s.closed.Load() {
+	case s.closed.Load(), errors.Is(err, errBatcherClosed):
 		return fmt.Errorf("redisstore: %s: %w", op, limiter.ErrClosed)
+	case errors.Is(err, limiter.ErrOverloaded), errors.Is(err, context.Canceled):
+		return fmt.Errorf("redisstore: %s: %w", op, err)
 	}
 	return fmt.Errorf("redisstore: %s: %w: %w", op, limiter.ErrUnavailable, err)
+}
+
+// report counts the outcome of one round trip to node: for the breaker, and
+// per node when it failed.
+func (s *Store) report(node *redis.Client, o outcome) {
+	s.breaker.observe(o)
+	if o != failed {
+		return
+	}
+	name := s.router.name(node)
+	n, ok := s.nodeErrors.Load(name)
+	if !ok {
+		n, _ = s.nodeErrors.LoadOrStore(name, new(atomic.Uint64))
+	}
+	n.(*atomic.Uint64).Add(1)
+}
+
+// classify tells what an error of a round trip says about Redis.
+func (s *Store) classify(err error) outcome {
+	var moved bool
+	if _, ok := redis.IsMovedError(err); ok {
+		moved = true
+	} else if _, ok := redis.IsAskError(err); ok {
+		moved = true
+	}
+	switch {
+	case err == nil:
+		return succeeded
+	case moved: // the slot moved: Redis answered, the slot map is stale
+		s.router.failed()
+		return succeeded
+	case errors.Is(err, errNotSent), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, context.Canceled):
+		return abandoned
+	case isIOTimeout(err) && s.lag.starved():
+		return abandoned // the reply may have waited for this process, not the other way round
+	}
+	return failed
+}
+
+// isIOTimeout reports whether err is a network timeout or a passed deadline
+// (the store's I/O deadline: callers' deadlines are told apart before).
+func isIOTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
 
 // callerGaveUp reports whether the caller's own context ended, or its
@@ -372,6 +467,16 @@ func callerGaveUp(ctx context.Context) bool {
 	}
 	d, ok := ctx.Deadline()
 	return ok && !time.Now().Before(d)
+}
+
+// callerErr is the error of a caller that gave up: its context's cause, or
+// DeadlineExceeded when the deadline passed before the context's timer
+// fired.
+func callerErr(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil {
+		return cause
+	}
+	return context.DeadlineExceeded
 }
 
 // Reset deletes k's keys under p, whatever algorithm wrote them, in one
@@ -393,9 +498,9 @@ func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int
 
 // ResetSubject deletes the keys of every scope of subject under p and
 // returns how many records they held. It finds them with SCAN MATCH on the
-// subject's escaped key prefix, page by page, each page within the timeout;
-// it is not atomic as a whole. On error it returns the records removed so
-// far.
+// subject's escaped key prefix, page by page, each page within the timeout,
+// on the one node that owns the subject's hash tag; it is not atomic as a
+// whole. On error it returns the records removed so far.
 func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("redisstore: reset subject: %w", err)
@@ -403,17 +508,19 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 	if err := (limiter.Key{Subject: subject}).Validate(); err != nil {
 		return 0, fmt.Errorf("redisstore: reset subject: %w", err)
 	}
-	pattern := subjectPrefix(s.prefix, p.Name, subject) + "*"
+	prefix := subjectPrefix(s.prefix, p.Name, subject)
 	var (
 		total  int64
 		cursor uint64
 	)
 	for {
 		var keys []string
-		err := s.call(ctx, "reset subject", func(ctx context.Context) error {
-			var err error
-			keys, cursor, err = s.client.Scan(ctx, cursor, pattern, 1000).Result()
-			return err
+		err := s.direct(ctx, "reset subject", func(ctx context.Context, judge func(error) outcome) error {
+			return s.onNode(ctx, prefix, judge, func(ctx context.Context, node *redis.Client) error {
+				var err error
+				keys, cursor, err = node.Scan(ctx, cursor, prefix+"*", 1000).Result()
+				return err
+			})
 		})
 		if err != nil {
 			return total, err
@@ -434,10 +541,12 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 // reset deletes keys, all in one slot, with resetScript.
 func (s *Store) reset(ctx context.Context, op string, keys []string) (int64, error) {
 	var n int64
-	err := s.call(ctx, op, func(ctx context.Context) error {
-		var err error
-		n, err = resetScript.Run(ctx, s.client, keys).Int64()
-		return err
+	err := s.direct(ctx, op, func(ctx context.Context, judge func(error) outcome) error {
+		return s.onNode(ctx, keys[0], judge, func(ctx context.Context, node *redis.Client) error {
+			var err error
+			n, err = resetScript.Run(ctx, node, keys).Int64()
+			return err
+		})
 	})
 	return n, err
 }
@@ -451,17 +560,51 @@ func (s *Store) Prune(context.Context, time.Time, []limiter.Policy) (int64, erro
 	return 0, nil
 }
 
-// Ping sends PING within the timeout. While the circuit breaker is open it
-// fails at once with an error wrapping limiter.ErrUnavailable.
+// Ping sends PING to every primary within the timeout; the error names the
+// nodes that failed. While the circuit breaker is open it fails at once with
+// an error wrapping limiter.ErrUnavailable that says so.
 func (s *Store) Ping(ctx context.Context) error {
-	return s.call(ctx, "ping", func(ctx context.Context) error {
-		return s.client.Ping(ctx).Err()
+	return s.direct(ctx, "ping", func(ctx context.Context, judge func(error) outcome) error {
+		return s.router.eachPrimary(ctx, func(ctx context.Context, node *redis.Client) error {
+			err := node.Ping(ctx).Err()
+			s.report(node, judge(err))
+			return err
+		})
 	})
 }
 
-// Degraded reports whether the circuit breaker is open (or half-open, its
-// probe not yet back): calls fail fast instead of reaching Redis.
-func (s *Store) Degraded() bool { return s.breaker.isOpen() }
+// Degraded reports whether the circuit breaker is open or half-open: calls
+// fail fast instead of reaching Redis, but for a few probes.
+func (s *Store) Degraded() bool {
+	state, _ := s.breaker.status()
+	return state != BreakerClosed
+}
+
+// Stats is what the store tells about its health, for metrics.
+type Stats struct {
+	// Breaker is the circuit breaker's state, and BreakerOpens how many
+	// times it has opened.
+	Breaker      BreakerState
+	BreakerOpens uint64
+	// NodeErrors counts the failed round trips per node (host:port; the
+	// Sentinel master's name for Sentinel).
+	NodeErrors map[string]uint64
+	// Calls counts the scripts sent to Redis (decisions; resets, scans and
+	// pings are not counted).
+	Calls uint64
+}
+
+// Stats returns the store's health counters.
+func (s *Store) Stats() Stats {
+	st := Stats{NodeErrors: map[string]uint64{}}
+	st.Breaker, st.BreakerOpens = s.breaker.status()
+	st.Calls = s.batch.sent.Load()
+	s.nodeErrors.Range(func(k, v any) bool {
+		st.NodeErrors[k.(string)] = v.(*atomic.Uint64).Load()
+		return true
+	})
+	return st
+}
 
 // Close waits for the batches in flight, then closes the connections. Later
 // calls return errors wrapping limiter.ErrClosed, Close included.
@@ -469,10 +612,9 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return fmt.Errorf("redisstore: close: %w", limiter.ErrClosed)
 	}
-	if s.batch != nil {
-		s.batch.close()
-	}
-	if err := s.client.Close(); err != nil {
+	s.batch.close()
+	s.lag.stop()
+	if err := s.router.close(); err != nil {
 		return fmt.Errorf("redisstore: close: %w", err)
 	}
 	return nil

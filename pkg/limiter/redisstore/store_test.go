@@ -248,8 +248,13 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 		"empty prefix":   {WithPrefix("")},
 		"glob prefix":    {WithPrefix("a*")},
 		"tag prefix":     {WithPrefix("{a}")},
-		"no failures":    {WithBreaker(0, time.Second)},
-		"neg cooldown":   {WithBreaker(1, -time.Second)},
+		"zero ratio":     {WithBreaker(BreakerConfig{Ratio: 0, MinCalls: 1, Interval: time.Second, Probes: 1})},
+		"ratio over 1":   {WithBreaker(BreakerConfig{Ratio: 1.5, MinCalls: 1, Interval: time.Second, Probes: 1})},
+		"no min calls":   {WithBreaker(BreakerConfig{Ratio: 0.5, MinCalls: 0, Interval: time.Second, Probes: 1})},
+		"short interval": {WithBreaker(BreakerConfig{Ratio: 0.5, MinCalls: 1, Interval: time.Millisecond, Probes: 1})},
+		"neg cooldown":   {WithBreaker(BreakerConfig{Ratio: 0.5, MinCalls: 1, Interval: time.Second, Cooldown: -1, Probes: 1})},
+		"no probes":      {WithBreaker(BreakerConfig{Ratio: 0.5, MinCalls: 1, Interval: time.Second, Probes: 0})},
+		"short probes":   {WithProbeTimeout(time.Millisecond)},
 		"nil clock":      {WithBreakerClock(nil)},
 		"negative again": {WithTimeout(-time.Second)},
 	}
@@ -263,10 +268,12 @@ func TestOpenRejectsBadConfig(t *testing.T) {
 	}
 	s, err := Open("rediss://user:secret@127.0.0.1:1/3", WithPoolSize(2))
 	require.NoError(t, err, "Open does not dial")
-	assert.Equal(t, 3, s.client.Options().DB)
-	assert.Equal(t, "secret", s.client.Options().Password)
-	assert.NotNil(t, s.client.Options().TLSConfig)
-	assert.Equal(t, 2, s.client.Options().PoolSize)
+	o := s.router.(*singleRouter).c.Options()
+	assert.Equal(t, 3, o.DB)
+	assert.Equal(t, "secret", o.Password)
+	assert.NotNil(t, o.TLSConfig)
+	assert.Equal(t, 2, o.PoolSize)
+	assert.LessOrEqual(t, o.MaxRetries, 0, "no retries: a script may have run")
 	require.NoError(t, s.Close())
 	assert.ErrorIs(t, s.Close(), limiter.ErrClosed)
 }

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -151,6 +152,28 @@ func (s *Server) Restart() {
 	}
 }
 
+// Freeze stops the private server's process (SIGSTOP): it accepts
+// connections (the kernel does) but answers nothing until Thaw; Stop kills
+// it frozen or not. On a shared server it skips the test.
+func (s *Server) Freeze() { s.signal("Freeze", syscall.SIGSTOP) }
+
+// Thaw resumes a frozen server (SIGCONT).
+func (s *Server) Thaw() { s.signal("Thaw", syscall.SIGCONT) }
+
+func (s *Server) signal(what string, sig syscall.Signal) {
+	s.t.Helper()
+	s.needPrivate(what)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		s.t.Fatal("redistest: " + what + ": the server is stopped")
+		return
+	}
+	if err := s.proc.Process.Signal(sig); err != nil {
+		s.t.Fatal("redistest: " + what + ": " + err.Error())
+	}
+}
+
 // PID returns the private server's process id, 0 when it is stopped. On a
 // shared server it skips the test.
 func (s *Server) PID() int {
@@ -182,7 +205,7 @@ func (s *Server) launch(port int) error {
 	// No persistence; a replica (a failover test) syncs at once instead of
 	// the primary waiting 5s for more replicas to join a diskless sync.
 	conf := fmt.Sprintf("bind 127.0.0.1\nport %d\nsave \"\"\nappendonly no\ndaemonize no\n"+
-		"repl-diskless-sync-delay 0\ndir %q\nlogfile %q\n", port, s.dir, logPath)
+		"repl-diskless-sync-delay 0\ndir %q\nlogfile %q\n", port, s.dir, logPath) + debugCommand(s.bin)
 	confPath := filepath.Join(s.dir, "redis.conf")
 	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		return err
@@ -207,6 +230,22 @@ func (s *Server) launch(port int) error {
 	s.port, s.addr, s.url = port, addr, "redis://"+addr+"/0"
 	s.mu.Unlock()
 	return nil
+}
+
+// debugCommand returns the configuration line that lets tests send DEBUG
+// (DEBUG SLEEP: a slow server) from loopback: needed from Redis 7 on, and
+// unknown (a start-up error) before.
+func debugCommand(bin string) string {
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	_, v, ok := strings.Cut(string(out), " v=")
+	major, err := strconv.Atoi(strings.SplitN(v, ".", 2)[0])
+	if !ok || err != nil || major < 7 {
+		return ""
+	}
+	return "enable-debug-command local\n"
 }
 
 // waitReady polls addr, a few milliseconds apart, until the redis-server of

@@ -281,10 +281,9 @@ func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.St
 		return s, nil
 	case config.StoreRedis:
 		quietRedisOnce.Do(func() { redis.SetLogger(redisLog{}) })
-		opts := []redisstore.Option{
-			redisstore.WithTimeout(cfg.RedisTimeout),
-			redisstore.WithBreaker(redisstore.DefaultFailures, cfg.RedisBreakerCooldown),
-		}
+		breaker := redisstore.DefaultBreaker
+		breaker.Cooldown = cfg.RedisBreakerCooldown
+		opts := []redisstore.Option{redisstore.WithTimeout(cfg.RedisTimeout), redisstore.WithBreaker(breaker)}
 		if cfg.RedisPoolSize > 0 {
 			opts = append(opts, redisstore.WithPoolSize(cfg.RedisPoolSize))
 		}

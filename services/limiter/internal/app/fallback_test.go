@@ -49,7 +49,7 @@ func newFallbackRig(t *testing.T) *fallbackRig {
 	clock := limitertest.NewClock(t0)
 	primary, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()),
 		redisstore.WithTimeout(5*time.Second), // refused dials fail at once; only a stall would wait
-		redisstore.WithBreaker(1, rigCooldown), redisstore.WithBreakerClock(clock))
+		redisstore.WithBreaker(redisstore.BreakerConfig{Ratio: 0.5, MinCalls: 1, Interval: time.Minute, Cooldown: rigCooldown, Probes: 1}), redisstore.WithBreakerClock(clock))
 	require.NoError(t, err)
 	cfg := config.Config{
 		MemoryMaxKeys: 1000,

@@ -63,7 +63,7 @@ func TestReadyzFollowsRedis(t *testing.T) {
 	clock := limitertest.NewClock(t0)
 	const failures, cooldown = 2, 5 * time.Second
 	store, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()),
-		redisstore.WithBreaker(failures, cooldown), redisstore.WithBreakerClock(clock))
+		redisstore.WithBreaker(redisstore.BreakerConfig{Ratio: 0.5, MinCalls: failures, Interval: time.Minute, Cooldown: cooldown, Probes: 1}), redisstore.WithBreakerClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(func() { closeStore(t, store) })
 	s := newServer(t, store)

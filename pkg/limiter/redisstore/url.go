@@ -1,0 +1,258 @@
+package redisstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+)
+
+// Kind says how a store reaches Redis.
+type Kind int
+
+// The kinds of deployment a URL names.
+const (
+	// Single is one server: redis://, rediss://.
+	Single Kind = iota
+	// Cluster is Redis Cluster: redis+cluster://, rediss+cluster://.
+	Cluster
+	// Sentinel is a primary watched by Sentinel: redis+sentinel://,
+	// rediss+sentinel://.
+	Sentinel
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Cluster:
+		return "cluster"
+	case Sentinel:
+		return "sentinel"
+	default:
+		return "single"
+	}
+}
+
+// Target is what a Redis URL names, as ParseURL reads it.
+type Target struct {
+	Kind Kind
+	// Addrs are the host:port addresses: the server, the cluster's seed
+	// nodes, or the sentinels.
+	Addrs []string
+	// Master is the name Sentinel knows the primary by (Sentinel only).
+	Master string
+	// DB is the database number (not Cluster, which has only 0).
+	DB int
+	// TLS is true for the rediss schemes.
+	TLS bool
+
+	username, password string
+	single             *redis.Options // Single: go-redis's own reading of the URL
+}
+
+// ParseURL reads a Redis URL without connecting:
+//
+//	redis://[user:password@]host:port[/db]            one server (go-redis's URL, query options too)
+//	redis+cluster://[user:password@]host:port[,host:port…][/]
+//	redis+sentinel://[user:password@]host:port[,host:port…]/MASTER[/db]
+//
+// and the same with rediss for TLS. For Sentinel, user and password are
+// those of the data nodes; the sentinels are reached without. Errors wrap
+// ErrInvalidConfig.
+func ParseURL(raw string) (Target, error) {
+	bad := func(format string, args ...any) (Target, error) {
+		return Target{}, fmt.Errorf("redisstore: URL: "+format+": %w", append(args, ErrInvalidConfig)...)
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return bad("no scheme; want redis://, rediss://, redis+cluster:// or redis+sentinel://")
+	}
+	var t Target
+	switch scheme {
+	case "redis", "rediss":
+		o, err := redis.ParseURL(raw)
+		if err != nil {
+			return bad("%v", err)
+		}
+		return Target{Kind: Single, Addrs: []string{o.Addr}, DB: o.DB, TLS: scheme == "rediss",
+			username: o.Username, password: o.Password, single: o}, nil
+	case "redis+cluster", "rediss+cluster":
+		t.Kind = Cluster
+	case "redis+sentinel", "rediss+sentinel":
+		t.Kind = Sentinel
+	default:
+		return bad("scheme %q is not one of redis, rediss, redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel", scheme)
+	}
+	t.TLS = strings.HasPrefix(scheme, "rediss")
+	// The host list has commas, which net/url takes for part of one host;
+	// split it off first and let net/url read the user info.
+	authority, path, _ := strings.Cut(rest, "/")
+	if strings.ContainsAny(path, "?#") || strings.ContainsAny(authority, "?#") {
+		return bad("query and fragment are not supported with %s", scheme)
+	}
+	if at := strings.LastIndex(authority, "@"); at >= 0 {
+		u, err := url.Parse("redis://" + authority[:at+1] + "h")
+		if err != nil {
+			return bad("user info: %v", err)
+		}
+		t.username = u.User.Username()
+		t.password, _ = u.User.Password()
+		authority = authority[at+1:]
+	}
+	for addr := range strings.SplitSeq(authority, ",") {
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" {
+			return bad("address %q is not host:port", addr)
+		}
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return bad("address %q: port is not in 1..65535", addr)
+		}
+		t.Addrs = append(t.Addrs, addr)
+	}
+	parts := strings.Split(path, "/")
+	switch {
+	case t.Kind == Cluster && path != "":
+		return bad("a cluster URL has no path (the cluster has only database 0): %q", path)
+	case t.Kind == Sentinel && (parts[0] == "" || len(parts) > 2):
+		return bad("a sentinel URL needs the primary's name, /MASTER or /MASTER/db")
+	case t.Kind == Sentinel && len(parts) == 2:
+		db, err := strconv.Atoi(parts[1])
+		if err != nil || db < 0 {
+			return bad("database %q is not a number", parts[1])
+		}
+		t.DB = db
+	}
+	if t.Kind == Sentinel {
+		t.Master = parts[0]
+	}
+	return t, nil
+}
+
+// ioOptions are the connection settings every kind of client gets.
+type ioOptions struct {
+	poolSize int
+	timeout  time.Duration // socket read and write bound: the probe timeout
+	dial     time.Duration
+}
+
+// router sends a key's calls to the node that owns it.
+type router interface {
+	// nodeFor returns the client of the primary that owns key.
+	nodeFor(ctx context.Context, key string) (*redis.Client, error)
+	// eachPrimary calls fn on every primary, concurrently, and joins the
+	// errors, each naming its node.
+	eachPrimary(ctx context.Context, fn func(context.Context, *redis.Client) error) error
+	// name returns how metrics and errors name node.
+	name(node *redis.Client) string
+	// failed tells the router that a call to node failed: the topology may
+	// have changed (a cluster reloads its slot map, lazily).
+	failed()
+	close() error
+}
+
+// newRouter returns the clients for t. No call is retried by go-redis
+// (MaxRetries -1): a script whose reply was lost may have run, and running
+// it again would count one attempt twice; a failed call is honest instead.
+// Every socket read and write is bounded by o.timeout, and the store's
+// context deadlines, set when a call is written, bound it further.
+func newRouter(t Target, o ioOptions) router {
+	var tlsConfig *tls.Config
+	if t.TLS {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	switch t.Kind {
+	case Cluster:
+		c := redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: t.Addrs, Username: t.username, Password: t.password, TLSConfig: tlsConfig,
+			PoolSize: o.poolSize, DialTimeout: o.dial, ReadTimeout: o.timeout, WriteTimeout: o.timeout, PoolTimeout: o.timeout,
+			ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, MaxRedirects: -1, DisableIdentity: true,
+			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+		})
+		return &clusterRouter{c: c}
+	case Sentinel:
+		c := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: t.Master, SentinelAddrs: t.Addrs, Username: t.username, Password: t.password, DB: t.DB, TLSConfig: tlsConfig,
+			PoolSize: o.poolSize, DialTimeout: o.dial, ReadTimeout: o.timeout, WriteTimeout: o.timeout, PoolTimeout: o.timeout,
+			ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, DisableIdentity: true,
+		})
+		return &singleRouter{c: c, label: "sentinel:" + t.Master}
+	}
+	opt := *t.single
+	if o.poolSize > 0 {
+		opt.PoolSize = o.poolSize
+	}
+	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = o.dial, o.timeout, o.timeout, o.timeout
+	opt.ContextTimeoutEnabled = true
+	opt.DialerRetries = 1 // one dial per attempt: a refused dial fails the call at once
+	opt.MaxRetries = -1
+	opt.DisableIdentity = true // no CLIENT SETINFO round trip on each dial
+	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
+	return &singleRouter{c: redis.NewClient(&opt), label: opt.Addr}
+}
+
+// singleRouter is one client: a server, or Sentinel's current primary (the
+// failover client follows promotions, and go-redis drops a connection that
+// answered READONLY, so a demoted primary loses our connections at its first
+// refused write).
+type singleRouter struct {
+	c     *redis.Client
+	label string
+}
+
+func (r *singleRouter) nodeFor(context.Context, string) (*redis.Client, error) { return r.c, nil }
+
+func (r *singleRouter) eachPrimary(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	if err := fn(ctx, r.c); err != nil {
+		return fmt.Errorf("node %s: %w", r.label, err)
+	}
+	return nil
+}
+
+func (r *singleRouter) name(*redis.Client) string { return r.label }
+func (r *singleRouter) failed()                   {}
+func (r *singleRouter) close() error              { return r.c.Close() }
+
+// clusterRouter routes each key to its slot's primary with go-redis's slot
+// map, and sends to that node's own client: the ClusterClient's Process and
+// Pipelined would retry a call whose connection broke after it was written
+// (they retry network errors with redirects), and a script may have run by
+// then. Redirections (MOVED, ASK) are not followed: the call fails without
+// having run and the slot map is reloaded for the next ones.
+type clusterRouter struct {
+	c *redis.ClusterClient
+}
+
+func (r *clusterRouter) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
+	return r.c.MasterForKey(ctx, key)
+}
+
+func (r *clusterRouter) eachPrimary(ctx context.Context, fn func(context.Context, *redis.Client) error) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+	)
+	err := r.c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		if err := fn(ctx, node); err != nil {
+			mu.Lock()
+			errs = append(errs, fmt.Errorf("node %s: %w", node.Options().Addr, err))
+			mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil { // the slot map could not be had
+		return fmt.Errorf("cluster: %w", err)
+	}
+	return errors.Join(errs...)
+}
+
+func (r *clusterRouter) name(node *redis.Client) string { return node.Options().Addr }
+func (r *clusterRouter) failed()                        { r.c.ReloadState(context.Background()) }
+func (r *clusterRouter) close() error                   { return r.c.Close() }
