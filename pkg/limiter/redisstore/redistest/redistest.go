@@ -44,6 +44,8 @@ type Server struct {
 	shared bool // from EnvURL: not ours to stop, flush or restart
 
 	bin, dir string
+	extra    string // configuration lines after the common ones
+	sentinel bool   // run as a sentinel (redis-server --sentinel)
 	port     int
 	mu       sync.Mutex
 	proc     *exec.Cmd
@@ -70,17 +72,20 @@ func Start(t testing.TB) *Server {
 		t.Cleanup(s.deleteKeys)
 		return s
 	}
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		const why = "redistest: redis-server is not on PATH and " + EnvURL + " is not set"
-		if os.Getenv("CI") == "true" {
-			t.Fatal(why)
-		} else {
-			t.Skip(why)
-		}
+	return startPrivate(t, "", false)
+}
+
+// startPrivate starts a private server whose configuration ends with the
+// lines extra, a sentinel when sentinel is true, and stops it at cleanup.
+// Without redis-server it skips or fails the test as Start does.
+func startPrivate(t testing.TB, extra string, sentinel bool) *Server {
+	t.Helper()
+	bin := lookPath(t, "redis-server")
+	if bin == "" {
 		return nil
 	}
-	s.bin, s.dir = bin, t.TempDir()
+	s := &Server{t: t, prefix: fmt.Sprintf("tgtest-%d-%d", os.Getpid(), prefixes.Add(1)),
+		bin: bin, dir: t.TempDir(), extra: extra, sentinel: sentinel}
 	t.Cleanup(s.Stop)
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
@@ -95,6 +100,23 @@ func Start(t testing.TB) *Server {
 			return nil
 		}
 	}
+}
+
+// lookPath returns the path of the program name, or "" after skipping the
+// test (failing it under CI=true) when it is not on PATH.
+func lookPath(t testing.TB, name string) string {
+	t.Helper()
+	bin, err := exec.LookPath(name)
+	if err == nil {
+		return bin
+	}
+	why := "redistest: " + name + " is not on PATH and " + EnvURL + " is not set"
+	if os.Getenv("CI") == "true" {
+		t.Fatal(why)
+	} else {
+		t.Skip(why)
+	}
+	return ""
 }
 
 // URL returns the server's URL, redis://127.0.0.1:PORT/0 for a private one.
@@ -202,15 +224,20 @@ func (s *Server) needPrivate(what string) {
 func (s *Server) launch(port int) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(s.dir, "redis.log")
-	// No persistence; a replica (a failover test) syncs at once instead of
-	// the primary waiting 5s for more replicas to join a diskless sync.
-	conf := fmt.Sprintf("bind 127.0.0.1\nport %d\nsave \"\"\nappendonly no\ndaemonize no\n"+
-		"repl-diskless-sync-delay 0\ndir %q\nlogfile %q\n", port, s.dir, logPath) + debugCommand(s.bin)
-	confPath := filepath.Join(s.dir, "redis.conf")
-	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
+	common := fmt.Sprintf("bind 127.0.0.1\nport %d\ndaemonize no\ndir %q\nlogfile %q\n", port, s.dir, logPath)
+	args := []string{filepath.Join(s.dir, "redis.conf")}
+	if s.sentinel {
+		args = append(args, "--sentinel") // the sentinel rewrites its file: a fresh one each launch
+	} else {
+		// No persistence; a replica (a failover test) syncs at once instead
+		// of the primary waiting 5s for more replicas to join a diskless
+		// sync.
+		common += "save \"\"\nappendonly no\nrepl-diskless-sync-delay 0\n" + debugCommand(s.bin)
+	}
+	if err := os.WriteFile(args[0], []byte(common+s.extra), 0o600); err != nil {
 		return err
 	}
-	cmd := exec.Command(s.bin, confPath)
+	cmd := exec.Command(s.bin, args...)
 	if err := cmd.Start(); err != nil {
 		return err
 	}
