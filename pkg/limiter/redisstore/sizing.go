@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -15,11 +16,25 @@ import (
 // key Tollgate writes has a TTL. An evicted counter is a fresh budget: the
 // limit resets without a word. With noeviction a full Redis refuses writes
 // instead, which Tollgate reports (503, and /readyz). The call is bounded by
-// the store's timeout.
+// the store's timeout. On Redis Cluster every primary is asked, and the
+// answer is that of a primary that evicts, if any.
 func (s *Store) EvictionPolicy(ctx context.Context) (policy string, evicts bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return evictionPolicy(ctx, s.client)
+	var mu sync.Mutex
+	err = s.router.eachPrimary(ctx, func(ctx context.Context, node *redis.Client) error {
+		p, e, err := evictionPolicy(ctx, node)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if policy == "" || e && !evicts {
+			policy, evicts = p, e
+		}
+		return nil
+	})
+	return policy, evicts, err
 }
 
 func evictionPolicy(ctx context.Context, c redis.Cmdable) (string, bool, error) {

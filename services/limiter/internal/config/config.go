@@ -80,7 +80,8 @@ type Config struct {
 	// RedisPoolSize is the number of connections to Redis per instance; 0
 	// keeps go-redis's default (10 per GOMAXPROCS).
 	RedisPoolSize int
-	// RedisTimeout bounds every call to Redis, dial and retries included.
+	// RedisTimeout is the I/O timeout of a call to Redis, from when it is
+	// written.
 	RedisTimeout time.Duration
 	// RedisBreakerCooldown is how long the circuit breaker stays open
 	// (failing fast) before it lets one probe call through.

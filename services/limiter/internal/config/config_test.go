@@ -108,7 +108,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"memory-max-keys": "42", "max-header-bytes": "4096", "read-header-timeout": "1s",
 		"read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s", "shutdown-timeout": "6s",
 		"log-level": "debug", "log-format": "json",
-		"redis-pool-size": "7", "redis-timeout": "250ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
+		"redis-pool-size": "7", "redis-timeout": "750ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
 		"offenders-window": "5m", "offenders-raw-keys": "true",
 		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer",
 		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
@@ -135,7 +135,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, slog.LevelDebug, c.LogLevel)
 		assert.Equal(t, "json", c.LogFormat)
 		assert.Equal(t, 7, c.RedisPoolSize)
-		assert.Equal(t, 250*time.Millisecond, c.RedisTimeout)
+		assert.Equal(t, 750*time.Millisecond, c.RedisTimeout)
 		assert.Equal(t, 3*time.Second, c.RedisBreakerCooldown)
 		assert.True(t, c.RedisClientTime)
 		assert.Equal(t, 5*time.Minute, c.OffendersWindow)
@@ -312,7 +312,7 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 		{name: "addr without port", args: []string{"--addr=localhost"},
 			want: `config: --addr: "localhost" is not host:port`},
 		{name: "redis url password redacted", args: []string{"--redis-url=http://u:secret@h"},
-			want: `config: --redis-url: "http://u:xxxxx@h" is not a redis:// or rediss:// URL`},
+			want: `config: --redis-url: "http://u:xxxxx@h" is not a Redis URL: redis[s]://host:port[/db], redis[s]+cluster://host:port[,host:port...]/ or redis[s]+sentinel://host:port[,host:port...]/MASTER[/db]`},
 		{name: "log level", args: []string{"--log-level=loud"},
 			want: `config: --log-level: "loud" is not one of debug, info, warn, error`},
 		{name: "log format", env: map[string]string{"LIMITER_LOG_FORMAT": "xml"},

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
@@ -66,17 +67,17 @@ var settings = []setting{
 		c.SQLitePath = v
 		return nil
 	}},
-	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL (store redis), redis:// or rediss://", func(c *Config, v string) error {
-		u, err := url.Parse(v)
-		if err != nil || (u.Scheme != "redis" && u.Scheme != "rediss") || u.Host == "" {
-			return fmt.Errorf("%q is not a redis:// or rediss:// URL", redactURL(v))
+	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL (store redis): redis://host:port/db for one server, redis+cluster://host:port[,host:port...]/ for Redis Cluster, redis+sentinel://host:port[,host:port...]/MASTER[/db] for Sentinel; rediss... for TLS", func(c *Config, v string) error {
+		if _, err := redisstore.ParseURL(v); err != nil {
+			// err is left out: it could quote a part of the URL's password.
+			return fmt.Errorf("%q is not a Redis URL: redis[s]://host:port[/db], redis[s]+cluster://host:port[,host:port...]/ or redis[s]+sentinel://host:port[,host:port...]/MASTER[/db]", redactURL(v))
 		}
 		c.RedisURL = v
 		return nil
 	}},
 	{"redis-pool-size", "0", "store redis: connections to Redis per instance; 0 keeps go-redis's default, 10 per GOMAXPROCS", intSetter(0, 1<<16, func(c *Config) *int { return &c.RedisPoolSize })},
-	{"redis-timeout", "50ms", "store redis: deadline of each call to Redis, dial and retries included; a dead Redis costs a request at most this long, then the policy's on_store_error decides", durationSetter(func(c *Config) *time.Duration { return &c.RedisTimeout })},
-	{"redis-breaker-cooldown", "1s", "store redis: after 5 consecutive failed calls the circuit breaker fails every call at once (no network wait) for this long, then lets one probe through; /readyz answers 503 meanwhile", durationSetter(func(c *Config) *time.Duration { return &c.RedisBreakerCooldown })},
+	{"redis-timeout", "250ms", "store redis: I/O timeout: how long Redis has to answer a call, counted from when the call is written to the connection (the wait for a turn before that is bounded by the request, not by this); a reply later than this is a Redis failure, and the policy's on_store_error decides", durationSetter(func(c *Config) *time.Duration { return &c.RedisTimeout })},
+	{"redis-breaker-cooldown", "1s", "store redis: when half or more of at least 5 round trips to Redis in the last 2s failed, the circuit breaker fails every call at once (no network wait) for this long, then lets 3 probes through with a 2s timeout; /readyz answers 503 meanwhile", durationSetter(func(c *Config) *time.Duration { return &c.RedisBreakerCooldown })},
 	{"redis-client-time", "false", "store redis: decide with each instance's clock instead of Redis's TIME. Dangerous: instances whose clocks disagree count in different windows and together admit more than the limit; for tests and replays only", boolSetter(func(c *Config) *bool { return &c.RedisClientTime })},
 	{"grpc-addr", "", "gRPC listen address, host:port, for Envoy's rate-limit API (envoy.service.ratelimit.v3); empty: no gRPC server", func(c *Config, v string) error {
 		if v != "" {
