@@ -72,3 +72,18 @@ func BenchmarkAllow(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTopology: BenchmarkAllowParallel's load on one server and on a
+// Redis Cluster of three primaries (each with a replica), all on this
+// machine: what the per-node routing and pipelining cost or gain.
+func BenchmarkTopology(b *testing.B) {
+	srv := redistest.Start(b)
+	c := redistest.StartCluster(b)
+	for _, topo := range []struct{ name, url string }{{"single", srv.URL()}, {"cluster", c.URL()}} {
+		for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow, limiter.TokenBucket} {
+			b.Run(topo.name+"/"+string(alg), func(b *testing.B) {
+				benchParallel(b, openURL(b, topo.url, "bench-"+topo.name+"-"+string(alg)), alg)
+			})
+		}
+	}
+}

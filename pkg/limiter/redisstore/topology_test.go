@@ -23,7 +23,7 @@ import (
 const recoverWithin = 5 * time.Second
 
 // openURL opens a store on url with prefix, closed at cleanup.
-func openURL(t *testing.T, url, prefix string) *Store {
+func openURL(t testing.TB, url, prefix string) *Store {
 	t.Helper()
 	s, err := Open(url, WithPrefix(prefix), WithTimeout(testTimeout))
 	require.NoError(t, err)

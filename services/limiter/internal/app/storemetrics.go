@@ -7,6 +7,8 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
+	"github.com/tollgate/tollgate/pkg/limiter/nearcache"
+	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 )
 
@@ -73,8 +75,8 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // storeCollectors returns the collectors that read s's own gauges and
-// counters at scrape time (no polling goroutine): none for a store that has
-// none (redis: its server has its own exporter).
+// counters at scrape time (no polling goroutine), and those of the store a
+// near cache wraps.
 func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
 	if b, ok := s.(*limiter.KeyBound); ok {
 		s = b.Unwrap()
@@ -84,6 +86,10 @@ func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
 		return []prometheus.Collector{memoryCollector{s}}
 	case *sqlitestore.Store:
 		return []prometheus.Collector{sqliteCollector{s, log}}
+	case *redisstore.Store:
+		return []prometheus.Collector{redisCollector{s}}
+	case *nearcache.Store:
+		return append(storeCollectors(s.Unwrap(), log), nearCacheCollector{s})
 	}
 	return nil
 }
