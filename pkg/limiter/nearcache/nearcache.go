@@ -62,6 +62,11 @@ const shards = 64
 type Store struct {
 	inner   limiter.Store
 	enabled func(limiter.Policy) bool
+	*cache
+}
+
+// cache is the state that the views made by With share.
+type cache struct {
 	maxHold time.Duration
 	perShrd int // entries per shard
 	seed    maphash.Seed
@@ -86,16 +91,16 @@ type entry struct {
 }
 
 // Option configures New.
-type Option func(*Store)
+type Option func(*cache)
 
 // WithMaxKeys bounds the cached refusals (n >= 1; default 100,000). When
 // full, a new refusal replaces an expired one, or any one.
-func WithMaxKeys(n int) Option { return func(s *Store) { s.perShrd = max(1, n/shards) } }
+func WithMaxKeys(n int) Option { return func(c *cache) { c.perShrd = max(1, n/shards) } }
 
 // WithMaxHold bounds how long one refusal is repeated (d > 0; default a
 // minute), whatever its RetryAfter (a daily quota's refusal would otherwise
 // stand for hours after an admin reset on another instance).
-func WithMaxHold(d time.Duration) Option { return func(s *Store) { s.maxHold = max(d, 1) } }
+func WithMaxHold(d time.Duration) Option { return func(c *cache) { c.maxHold = max(d, 1) } }
 
 // DefaultEnabled is true for the algorithms whose refusals change no state:
 // all but fixed_window.
@@ -107,28 +112,40 @@ func New(inner limiter.Store, enabled func(limiter.Policy) bool, opts ...Option)
 	if enabled == nil {
 		enabled = DefaultEnabled
 	}
-	s := &Store{inner: inner, enabled: enabled, maxHold: DefaultMaxHold, perShrd: DefaultMaxKeys / shards, seed: maphash.MakeSeed()}
+	c := &cache{maxHold: DefaultMaxHold, perShrd: DefaultMaxKeys / shards, seed: maphash.MakeSeed()}
 	for _, o := range opts {
-		o(s)
+		o(c)
 	}
-	for i := range s.shards {
-		s.shards[i].entries = map[string]entry{}
+	for i := range c.shards {
+		c.shards[i].entries = map[string]entry{}
 	}
-	return s
+	return &Store{inner: inner, enabled: enabled, cache: c}
+}
+
+// With returns a Store on inner, caching for the policies enabled says
+// (nil: DefaultEnabled), that shares s's cached refusals and hit count: a
+// service makes one per configuration it reloads, the refusals of policies
+// that did not change standing across the reload (a changed policy is a
+// different policy: its refusals are not reused).
+func (s *Store) With(inner limiter.Store, enabled func(limiter.Policy) bool) *Store {
+	if enabled == nil {
+		enabled = DefaultEnabled
+	}
+	return &Store{inner: inner, enabled: enabled, cache: s.cache}
 }
 
 // Unwrap returns the wrapped store.
 func (s *Store) Unwrap() limiter.Store { return s.inner }
 
 // Hits returns how many attempts the cache answered without the store.
-func (s *Store) Hits() uint64 { return s.hits.Load() }
+func (c *cache) Hits() uint64 { return c.hits.Load() }
 
 // Len returns how many refusals are cached, expired ones included until
 // they are replaced or pruned.
-func (s *Store) Len() int {
+func (c *cache) Len() int {
 	n := 0
-	for i := range s.shards {
-		sh := &s.shards[i]
+	for i := range c.shards {
+		sh := &c.shards[i]
 		sh.mu.Lock()
 		n += len(sh.entries)
 		sh.mu.Unlock()
@@ -146,8 +163,8 @@ func subjectKey(policy, subject string) string {
 // cacheKey names k under policy.
 func cacheKey(policy string, k limiter.Key) string { return subjectKey(policy, k.Subject) + k.Scope }
 
-func (s *Store) shard(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)%shards]
+func (c *cache) shard(key string) *shard {
+	return &c.shards[maphash.String(c.seed, key)%shards]
 }
 
 // Allow answers from the cache when it holds a refusal of the same policy
@@ -238,9 +255,9 @@ func (s *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Pol
 }
 
 // forget deletes the entries for which drop is true.
-func (s *Store) forget(drop func(e entry, key string) bool) {
-	for i := range s.shards {
-		sh := &s.shards[i]
+func (c *cache) forget(drop func(e entry, key string) bool) {
+	for i := range c.shards {
+		sh := &c.shards[i]
 		sh.mu.Lock()
 		for k, e := range sh.entries {
 			if drop(e, k) {

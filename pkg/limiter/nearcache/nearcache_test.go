@@ -217,3 +217,24 @@ func BenchmarkFloodOneKey(b *testing.B) {
 		})
 	}
 }
+
+// A view made by With shares the refusals and the hits, with its own
+// choice of policies and its own store.
+func TestViewsShareTheCache(t *testing.T) {
+	ctx := context.Background()
+	inner := memstore.New()
+	s := nearcache.New(inner, nil)
+	defer s.Close()
+	p := policy(limiter.FixedWindow, 1, time.Minute)
+	k := limiter.Key{Subject: "u"}
+	on := s.With(inner, always)
+	for range 3 {
+		_, err := on.Allow(ctx, p, limiter.Request{Key: k, Cost: 1, Now: base})
+		require.NoError(t, err)
+	}
+	assert.Equal(t, uint64(1), s.Hits(), "the view's hit is the cache's")
+	_, err := s.Allow(ctx, p, limiter.Request{Key: k, Cost: 1, Now: base})
+	require.NoError(t, err)
+	assert.Equal(t, uint64(1), s.Hits(), "s itself does not cache fixed_window")
+	assert.Equal(t, 1, s.Len())
+}

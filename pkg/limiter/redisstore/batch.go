@@ -23,6 +23,10 @@ var errBatcherClosed = errors.New("store closing")
 // the error wraps limiter.ErrOverloaded, not limiter.ErrUnavailable.
 var errNotSent = fmt.Errorf("not sent: the request's time ran out while it waited for its turn: %w", limiter.ErrOverloaded)
 
+// notSent is errNotSent for a call whose ctx ended: it wraps ctx's error
+// too (a cancelled context is a client that went away, not an overload).
+func notSent(ctx context.Context) error { return fmt.Errorf("%w (%w)", errNotSent, ctx.Err()) }
+
 // Job states: a flusher and the caller race to move a queued job on; the
 // winner decides whether the call reaches Redis.
 const (
@@ -110,13 +114,13 @@ func newBatcher(r router, timeout, probeTimeout time.Duration, flushers, maxBatc
 // probe's bookkeeping.
 func (b *batcher) run(ctx context.Context, script *redis.Script, key string, args []any, probe bool) ([]int64, outcome, error) {
 	if ctx.Err() != nil {
-		return nil, abandoned, errNotSent
+		return nil, abandoned, notSent(ctx)
 	}
 	j := &job{script: script, keys: []string{key}, args: args, probe: probe, done: make(chan struct{}, 1)}
 	select {
 	case b.queue <- j:
 	case <-ctx.Done():
-		return nil, abandoned, errNotSent
+		return nil, abandoned, notSent(ctx)
 	case <-b.quit:
 		return nil, abandoned, errBatcherClosed
 	}
@@ -126,7 +130,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 	case <-ctx.Done():
 	}
 	if j.state.CompareAndSwap(queued, dropped) {
-		return nil, abandoned, errNotSent
+		return nil, abandoned, notSent(ctx)
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		<-j.done // sent: bounded by the I/O timeout

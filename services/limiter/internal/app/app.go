@@ -25,6 +25,7 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
+	"github.com/tollgate/tollgate/pkg/limiter/nearcache"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
@@ -45,10 +46,11 @@ type App struct {
 	cfg      config.Config
 	clock    limiter.Clock
 	log      *slog.Logger
-	store    limiter.Store // the configured store; wrapped by fallback when remote
-	fallback *fallback     // on_store_error for a remote store (redis); nil otherwise
-	engine   *gin.Engine   // every route, or the public ones with --internal-addr
-	internal *gin.Engine   // the internal listener's routes; nil without --internal-addr
+	store    limiter.Store    // the configured store; wrapped by fallback when remote
+	fallback *fallback        // on_store_error for a remote store (redis); nil otherwise
+	near     *nearcache.Store // refusals answered locally for a remote store (redis); nil otherwise
+	engine   *gin.Engine      // every route, or the public ones with --internal-addr
+	internal *gin.Engine      // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 
@@ -171,6 +173,10 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 			return err
 		}
 		a.fallback = f
+		a.near = nearcache.New(a.store, nil)
+		if err := reg.Register(nearCacheCollector{a.near}); err != nil {
+			return fmt.Errorf("app: register metrics: %w", err)
+		}
 	}
 	var err error
 	if a.metrics, err = decide.NewMetrics(reg); err != nil {
@@ -241,6 +247,11 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 	if a.fallback != nil {
 		store = a.fallback.withPolicies(cfg, policies)
 	}
+	if a.near != nil {
+		// Above the fallback: while Redis cannot decide, a local policy's
+		// refusals are its memory store's, and are cached as such.
+		store = a.near.With(store, cfg.NearCacheOf)
+	}
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies:    policies,
 		PingRoute:   cfg.RoutePolicies[config.RoutePing],
@@ -253,6 +264,7 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		Offenders:   a.offenders,
 		Identity:    ids,
 		DecisionAPI: decisionAPI(cfg),
+		Budget:      a.cfg.DecisionTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -283,7 +295,10 @@ func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.St
 		quietRedisOnce.Do(func() { redis.SetLogger(redisLog{}) })
 		breaker := redisstore.DefaultBreaker
 		breaker.Cooldown = cfg.RedisBreakerCooldown
-		opts := []redisstore.Option{redisstore.WithTimeout(cfg.RedisTimeout), redisstore.WithBreaker(breaker)}
+		opts := []redisstore.Option{redisstore.WithTimeout(cfg.RedisTimeout), redisstore.WithBreaker(breaker),
+			redisstore.WithBreakerObserver(func(from, to redisstore.BreakerState) {
+				log.Warn("redis circuit breaker "+to.String(), "from", from.String())
+			})}
 		if cfg.RedisPoolSize > 0 {
 			opts = append(opts, redisstore.WithPoolSize(cfg.RedisPoolSize))
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/pkg/limiter/nearcache"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 )
@@ -75,8 +74,7 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // storeCollectors returns the collectors that read s's own gauges and
-// counters at scrape time (no polling goroutine), and those of the store a
-// near cache wraps.
+// counters at scrape time (no polling goroutine).
 func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
 	if b, ok := s.(*limiter.KeyBound); ok {
 		s = b.Unwrap()
@@ -88,8 +86,6 @@ func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
 		return []prometheus.Collector{sqliteCollector{s, log}}
 	case *redisstore.Store:
 		return []prometheus.Collector{redisCollector{s}}
-	case *nearcache.Store:
-		return append(storeCollectors(s.Unwrap(), log), nearCacheCollector{s})
 	}
 	return nil
 }

@@ -167,6 +167,12 @@ type Config struct {
 	// store cannot decide; a policy left out is FailClosed (see
 	// StoreErrorModeOf).
 	OnStoreError map[string]StoreErrorMode
+	// NearCache holds the policies' near_cache settings (see NearCacheOf).
+	NearCache map[string]bool
+	// DecisionTimeout bounds the time one request's decisions may take,
+	// the wait for a turn at the store included; a request whose decision
+	// could not be sent within it is shed (503 overloaded).
+	DecisionTimeout time.Duration
 }
 
 // LogValue describes the configuration for a start-up log line, with the

@@ -109,7 +109,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"read-timeout": "2s", "write-timeout": "3s", "idle-timeout": "4s", "shutdown-timeout": "6s",
 		"log-level": "debug", "log-format": "json",
 		"redis-pool-size": "7", "redis-timeout": "750ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
-		"offenders-window": "5m", "offenders-raw-keys": "true",
+		"offenders-window": "5m", "offenders-raw-keys": "true", "decision-timeout": "2s",
 		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer",
 		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
@@ -136,6 +136,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, "json", c.LogFormat)
 		assert.Equal(t, 7, c.RedisPoolSize)
 		assert.Equal(t, 750*time.Millisecond, c.RedisTimeout)
+		assert.Equal(t, 2*time.Second, c.DecisionTimeout)
 		assert.Equal(t, 3*time.Second, c.RedisBreakerCooldown)
 		assert.True(t, c.RedisClientTime)
 		assert.Equal(t, 5*time.Minute, c.OffendersWindow)
@@ -286,7 +287,7 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 		{name: "unknown top-level key", yaml: "addr: 127.0.0.1:1\nlisten: 1\n",
 			want: `config: listen: unknown key (line 2)`},
 		{name: "unknown policy key", yaml: "policies:\n  ping: {limit: 3, burst: 9}\n",
-			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys)`},
+			want: `config: policies.ping.burst: unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys, near_cache)`},
 		{name: "repeated key", yaml: "store: memory\nstore: sqlite\n",
 			want: `config: store: key given twice (line 2)`},
 		{name: "unknown policy in routes", yaml: "routes:\n  ping: [ping, nope]\n",

@@ -77,6 +77,7 @@ var settings = []setting{
 	}},
 	{"redis-pool-size", "0", "store redis: connections to Redis per instance; 0 keeps go-redis's default, 10 per GOMAXPROCS", intSetter(0, 1<<16, func(c *Config) *int { return &c.RedisPoolSize })},
 	{"redis-timeout", "250ms", "store redis: I/O timeout: how long Redis has to answer a call, counted from when the call is written to the connection (the wait for a turn before that is bounded by the request, not by this); a reply later than this is a Redis failure, and the policy's on_store_error decides", durationSetter(func(c *Config) *time.Duration { return &c.RedisTimeout })},
+	{"decision-timeout", "1s", "time one request's decisions may take, the wait for a turn at the store included; a request that could not reach the store within it is shed: 503 with a problem of type overloaded and Retry-After (tollgate_overloaded_total), never counted as a store failure", durationSetter(func(c *Config) *time.Duration { return &c.DecisionTimeout })},
 	{"redis-breaker-cooldown", "1s", "store redis: when half or more of at least 5 round trips to Redis in the last 2s failed, the circuit breaker fails every call at once (no network wait) for this long, then lets 3 probes through with a 2s timeout; /readyz answers 503 meanwhile", durationSetter(func(c *Config) *time.Duration { return &c.RedisBreakerCooldown })},
 	{"redis-client-time", "false", "store redis: decide with each instance's clock instead of Redis's TIME. Dangerous: instances whose clocks disagree count in different windows and together admit more than the limit; for tests and replays only", boolSetter(func(c *Config) *bool { return &c.RedisClientTime })},
 	{"grpc-addr", "", "gRPC listen address, host:port, for Envoy's rate-limit API (envoy.service.ratelimit.v3); empty: no gRPC server", func(c *Config, v string) error {
@@ -347,7 +348,7 @@ Environment only:
       empty: a random secret per process
 
 YAML file (every key optional; unknown keys are an error):
-  policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys}; window is whole seconds
+  policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys, near_cache}; window is whole seconds
     ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
     check: { algorithm: sliding_log,  limit: 10, window: 60s }
   routes:     # seed route -> its policies, evaluated in order
@@ -362,6 +363,10 @@ YAML file (every key optional; unknown keys are an error):
     local        decide with an in-process memory store: each instance then
                  limits on its own, so N instances admit up to N x limit
   The sqlite and memory stores accept it; it only matters with redis.
+  near_cache: with redis, once Redis refuses a key until a known time, this
+  instance refuses further attempts of the same cost on it until then
+  without asking Redis. Default: on, except for fixed_window (whose count
+  includes refused attempts, which a cached refusal would not count).
 `, AdminKeyEnv, HashSecretEnv)
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -164,6 +164,8 @@ func (c *Config) yamlPolicies(m *yaml.Node) error {
 				err = c.setDecisionAPI(name, text)
 			case "memory_max_keys":
 				err = c.setMemoryMaxKeys(name, text)
+			case "near_cache":
+				err = c.setNearCache(name, text)
 			default:
 				err = setPolicyField(&p, field, text)
 			}
@@ -210,7 +212,7 @@ func setPolicyField(p *limiter.Policy, field, text string) error {
 		}
 		p.Shadow = b
 	default:
-		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys)")
+		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys, near_cache)")
 	}
 	return nil
 }

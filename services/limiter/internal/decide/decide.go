@@ -30,6 +30,11 @@ type Options struct {
 	Metrics *Metrics
 	// Offenders records every enforced refusal; nil records nothing.
 	Offenders *Offenders
+	// Budget bounds the time one request's decisions may take, waiting
+	// for a turn at the store included (0: no bound). A store call that
+	// could not even be sent within it fails with limiter.ErrOverloaded:
+	// the request is shed.
+	Budget time.Duration
 }
 
 // Decider decides requests on one store. It is immutable and safe for
@@ -39,6 +44,7 @@ type Decider struct {
 	clock     limiter.Clock
 	metrics   *Metrics
 	offenders *Offenders
+	budget    time.Duration
 	storeErr  prometheus.Counter
 	storeTime prometheus.Observer
 }
@@ -53,6 +59,7 @@ func New(o Options) (*Decider, error) {
 		clock:     o.Clock,
 		metrics:   o.Metrics,
 		offenders: o.Offenders,
+		budget:    o.Budget,
 		storeErr:  o.Metrics.storeErrors.WithLabelValues(o.StoreName),
 		storeTime: o.Metrics.duration.WithLabelValues(o.StoreName),
 	}, nil
@@ -149,6 +156,8 @@ func (v *Verdict) Allowed() bool { return v.Refused < 0 }
 // ignored. audit goes to the store with the plan's audit policy. An error
 // means the store could not decide; it is counted.
 func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost int64, audit string) (Verdict, error) {
+	ctx, cancel := d.withBudget(ctx)
+	defer cancel()
 	now := d.clock.Now()
 	v := Verdict{Results: make([]Result, 0, len(plan.policies)), Refused: -1}
 	for i, p := range plan.policies {
@@ -175,6 +184,8 @@ func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost i
 // descriptors of one request). Refused is the first enforcing refusal. An
 // error means the store could not decide; it is counted.
 func (d *Decider) Each(ctx context.Context, checks []Check) (Verdict, error) {
+	ctx, cancel := d.withBudget(ctx)
+	defer cancel()
 	now := d.clock.Now()
 	v := Verdict{Results: make([]Result, 0, len(checks)), Refused: -1}
 	ps := make([]limiter.Policy, len(checks))
@@ -221,10 +232,11 @@ func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Ti
 			r.Over = !r.Allowed
 		}
 		d.storeTime.Observe(time.Since(begin).Seconds())
-		d.metrics.health.record(now, err)
+		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, limiter.ErrOverloaded) {
+			d.metrics.health.record(now, err) // a shed request or a client gone says nothing of the store
+		}
 		if err != nil {
-			d.storeErr.Inc()
-			return r, err
+			return r, d.failed(err)
 		}
 	}
 	d.metrics.count(pc, p, r.Over)
@@ -309,9 +321,23 @@ func (d *Decider) Ping(ctx context.Context) error {
 	return d.metrics.health.check(d.clock.Now())
 }
 
-// failed counts err, when not nil, as a store error and returns it.
+// withBudget bounds ctx by the request's budget.
+func (d *Decider) withBudget(ctx context.Context) (context.Context, context.CancelFunc) {
+	if d.budget <= 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, d.budget)
+}
+
+// failed counts err, when not nil, and returns it: as a store error, unless
+// the client went away (its context cancelled: nothing to count) or the
+// request was shed, never sent to the store (tollgate_overloaded_total).
 func (d *Decider) failed(err error) error {
-	if err != nil {
+	switch {
+	case err == nil, errors.Is(err, context.Canceled):
+	case errors.Is(err, limiter.ErrOverloaded):
+		d.metrics.overloaded.Inc()
+	default:
 		d.storeErr.Inc()
 	}
 	return err

@@ -23,6 +23,7 @@ type Metrics struct {
 	storeErrors *prometheus.CounterVec   // store
 	duration    *prometheus.HistogramVec // store
 	health      health                   // the recent error rate, for Ping
+	overloaded  prometheus.Counter
 }
 
 // NewMetrics creates the collectors and registers them on reg.
@@ -41,8 +42,12 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 			Help:    "Time the store took to decide one attempt, in seconds.",
 			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 16), // 50µs .. ~1.6s
 		}, []string{"store"}),
+		overloaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tollgate_overloaded_total",
+			Help: "Store calls shed because this instance could not send them within --decision-timeout (answered 503 overloaded); never counted as store errors.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.decisions, m.storeErrors, m.duration} {
+	for _, c := range []prometheus.Collector{m.decisions, m.storeErrors, m.duration, m.overloaded} {
 		if err := reg.Register(c); err != nil {
 			return nil, errors.Join(errors.New("decide: register metrics"), err)
 		}

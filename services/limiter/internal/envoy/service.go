@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
@@ -61,7 +62,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 // Errors are gRPC statuses: InvalidArgument for an empty domain, no
 // descriptors, an entry without key, a bad limit override, negative hits
 // (not supported) or a request over the bounds; Unavailable when the store
-// cannot decide (Envoy then applies its failure_mode_deny).
+// cannot decide, ResourceExhausted when this instance shed the request (its
+// decision could not be sent within the budget); Envoy then applies its
+// failure_mode_deny.
 func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
@@ -116,6 +119,9 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		}
 	}
 	v, err := dec.Each(ctx, checks)
+	if errors.Is(err, limiter.ErrOverloaded) {
+		return nil, status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
+	}
 	if err != nil {
 		return nil, unavailable(err)
 	}

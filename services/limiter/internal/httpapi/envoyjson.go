@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
@@ -38,6 +39,8 @@ func handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 			return answer{}, fail(http.StatusBadRequest, st.Message())
 		case codes.Unavailable:
 			return answer{}, unavailable(err)
+		case codes.ResourceExhausted: // shed: the cause's chain is lost in the status
+			return answer{}, unavailable(limiter.ErrOverloaded)
 		}
 		return answer{}, internalError()
 	}

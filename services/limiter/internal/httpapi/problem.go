@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -57,6 +59,8 @@ type LimitedProblem struct {
 // return one instead of writing it themselves.
 type problem struct {
 	status int
+	// slug, when set, names the problem type instead of the status's slug.
+	slug   string
 	detail string
 	// retryAfter, when not empty, is the Retry-After field of the answer.
 	retryAfter string
@@ -76,8 +80,21 @@ type refusal struct {
 func fail(status int, detail string) *problem { return &problem{status: status, detail: detail} }
 
 // unavailable is the answer when the store could not decide (err); the
-// decision layer has counted it.
+// decision layer has counted it. A request shed by this instance (the
+// decision could not even be sent in time) is overloaded instead; a client
+// that went away gets an answer nobody reads, and no log line.
 func unavailable(err error) *problem {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return fail(http.StatusServiceUnavailable, "the request was cancelled")
+	case errors.Is(err, limiter.ErrOverloaded):
+		return &problem{
+			status:     http.StatusServiceUnavailable,
+			slug:       "overloaded",
+			detail:     "this instance is overloaded: the decision could not be made in time; retry later",
+			retryAfter: "1",
+		}
+	}
 	return &problem{
 		status:     http.StatusServiceUnavailable,
 		detail:     "the rate-limit store could not decide; retry later",
@@ -133,10 +150,14 @@ func (h *handler) writeProblem(c *gin.Context, p *problem) {
 	if p.retryAfter != "" {
 		c.Header("Retry-After", p.retryAfter)
 	}
-	var body any = newProblem(c, p.status, p.detail)
+	pb := newProblem(c, p.status, p.detail)
+	if p.slug != "" {
+		pb.Type = ProblemTypePrefix + p.slug
+	}
+	var body any = pb
 	if r := p.refusal; r != nil {
 		body = LimitedProblem{
-			Problem:          body.(Problem),
+			Problem:          pb,
 			ViolatedPolicies: []string{r.policy.Name},
 			Limit:            r.decision.Limit,
 			Remaining:        r.decision.Remaining,

@@ -9,6 +9,7 @@ package snapshot
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
@@ -44,6 +45,8 @@ type Parts struct {
 	// DecisionAPI names the seed routes' policies that /v1/check may charge
 	// anyway; the others are refused there (see Seed).
 	DecisionAPI []string
+	// Budget bounds each request's decisions (decide.Options.Budget).
+	Budget time.Duration
 }
 
 // Snapshot is one configuration in force. It is immutable.
@@ -103,7 +106,7 @@ func New(p Parts) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	dec, err := decide.New(decide.Options{Store: p.Store, StoreName: p.StoreName, Clock: p.Clock, Metrics: p.Metrics, Offenders: p.Offenders})
+	dec, err := decide.New(decide.Options{Store: p.Store, StoreName: p.StoreName, Clock: p.Clock, Metrics: p.Metrics, Offenders: p.Offenders, Budget: p.Budget})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
