@@ -33,6 +33,10 @@ test: build ## run every module's tests with the race detector; list every faili
 	if [ -n "$$failed" ]; then echo "FAIL: tests failed in:$$failed"; exit 1; fi; \
 	echo "ok: every module passed"
 
+.PHONY: saturation
+saturation: build ## two instances starved of CPU on a healthy Redis must stay exact, no 5xx (about a minute, both CPUs)
+	cd services/limiter && LIMITER_SATURATION=1 LIMITER_BIN=$(BIN)/limiter $(GO) test -count=1 -run '^TestSaturation$$' -v .
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on every module
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

@@ -6,6 +6,7 @@ package main
 // only when asked: LIMITER_SATURATION=1 (make saturation).
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -92,6 +93,9 @@ func TestSaturation(t *testing.T) {
 	}
 	for i, in := range instances {
 		assert.Zero(t, in.logsContaining("circuit breaker open"), "instance %d: the breaker opened", i)
+		if errs := in.logLines("store error"); len(errs) > 0 {
+			t.Logf("instance %d: %d store errors logged, the first: %s", i, len(errs), errs[0])
+		}
 	}
 }
 
@@ -99,7 +103,7 @@ func TestSaturation(t *testing.T) {
 // errors).
 type tally struct {
 	allowed, limited, failed int64
-	statuses                 map[int]int64 // the failed answers by status; 0: no answer
+	statuses                 map[string]int64 // the failed answers by status and problem type; "0": no answer
 }
 
 func (c tally) String() string {
@@ -112,10 +116,10 @@ type counter struct {
 	tally
 }
 
-func (c *counter) add(status int) {
+func (c *counter) add(a reply) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch status {
+	switch a.status {
 	case http.StatusOK:
 		c.allowed++
 	case http.StatusTooManyRequests:
@@ -123,9 +127,9 @@ func (c *counter) add(status int) {
 	default:
 		c.failed++
 		if c.statuses == nil {
-			c.statuses = map[int]int64{}
+			c.statuses = map[string]int64{}
 		}
-		c.statuses[status]++
+		c.statuses[strconv.Itoa(a.status)+" "+a.problem]++
 	}
 }
 
@@ -135,16 +139,28 @@ func (c *counter) get() tally {
 	return c.tally
 }
 
-// postCheck sends one POST /v1/check of the policy flood for key and returns
-// its status, 0 when no answer came.
-func postCheck(hc *http.Client, in *instance, key string) int {
+// reply is an answer's status (0 when none came) and, for a failure, its
+// problem type.
+type reply struct {
+	status  int
+	problem string
+}
+
+// postCheck sends one POST /v1/check of the policy flood for key.
+func postCheck(hc *http.Client, in *instance, key string) reply {
 	resp, err := hc.Post(in.url+"/v1/check", "application/json", strings.NewReader(`{"policy":"flood","key":"`+key+`"}`))
 	if err != nil {
-		return 0
+		return reply{}
+	}
+	defer resp.Body.Close()
+	r := reply{status: resp.StatusCode}
+	if r.status != http.StatusOK && r.status != http.StatusTooManyRequests {
+		var p struct{ Type string }
+		_ = json.NewDecoder(resp.Body).Decode(&p)
+		r.problem = p.Type
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	return r
 }
 
 // floodBurst sends n requests for key at once, each on a new connection,
@@ -184,9 +200,9 @@ func sustained(instances []*instance, conns, keys int, d time.Duration) (tally, 
 		wg.Go(func() {
 			for i := 0; i < 1_000_000 && time.Now().Before(deadline); i++ {
 				k := (w + i*conns) % keys
-				status := postCheck(hc, instances[w%len(instances)], "steady-"+strconv.Itoa(k))
-				all.add(status)
-				perKey[k].add(status)
+				r := postCheck(hc, instances[w%len(instances)], "steady-"+strconv.Itoa(k))
+				all.add(r)
+				perKey[k].add(r)
 			}
 		})
 	}
@@ -212,6 +228,19 @@ func sustained(instances []*instance, conns, keys int, d time.Duration) (tally, 
 		byKey["steady-"+strconv.Itoa(k)] = perKey[k].get()
 	}
 	return all.get(), byKey, int(notReady.Load())
+}
+
+// logLines returns the log lines that contain s.
+func (in *instance) logLines(s string) []string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	var out []string
+	for line := range strings.SplitSeq(in.logs.String(), "\n") {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // logsContaining returns how many log lines contain s.

@@ -59,6 +59,7 @@ const (
 // again alone with Script.Run, which does both: neither reply ran the script.
 type batcher struct {
 	router       router
+	lag          *lagMonitor
 	timeout      time.Duration
 	probeTimeout time.Duration
 	max          int // calls per batch
@@ -87,10 +88,11 @@ type job struct {
 // newBatcher starts flushers flushers that send up to maxBatch calls per
 // round trip, judge each call's error with classify and report each round
 // trip's outcome per node.
-func newBatcher(r router, timeout, probeTimeout time.Duration, flushers, maxBatch int,
+func newBatcher(r router, lag *lagMonitor, timeout, probeTimeout time.Duration, flushers, maxBatch int,
 	classify func(error) outcome, report func(*redis.Client, outcome)) *batcher {
 	b := &batcher{
 		router:       r,
+		lag:          lag,
 		timeout:      timeout,
 		probeTimeout: probeTimeout,
 		max:          maxBatch,
@@ -198,9 +200,15 @@ func (b *batcher) flush(batch []*job) {
 }
 
 // send makes one round trip to node with jobs and answers them. The I/O
-// deadline starts here, right before go-redis takes a connection and writes.
+// deadline starts here, right before go-redis takes a connection and writes:
+// the I/O timeout, plus twice how late this process has been running lately
+// (a starved process reads a prompt reply late; the reply must not be lost
+// to it), at most the probe timeout; the probe timeout for a probe.
 func (b *batcher) send(node *redis.Client, jobs []*job) {
 	timeout := b.timeout
+	if b.lag != nil {
+		timeout = min(b.timeout+2*b.lag.recent(), b.probeTimeout)
+	}
 	for _, j := range jobs {
 		if j.probe {
 			timeout = b.probeTimeout

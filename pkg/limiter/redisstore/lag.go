@@ -30,6 +30,10 @@ type lagMonitor struct {
 	starvedTo atomic.Int64  // until when a seen lag counts
 	quit      chan struct{}
 	wg        sync.WaitGroup
+
+	mu    sync.Mutex
+	epoch int64    // now / hold of worst[0]
+	worst [2]int64 // the worst lag of this epoch and of the one before
 }
 
 // newLagMonitor starts a monitor that calls a lag of threshold or more
@@ -58,9 +62,37 @@ func (m *lagMonitor) run() {
 
 // tick records a wake-up at now (nanoseconds since origin).
 func (m *lagMonitor) tick(now int64) {
-	if lag := now - m.lastTick.Swap(now) - int64(lagTick); lag >= int64(m.threshold) {
+	lag := now - m.lastTick.Swap(now) - int64(lagTick)
+	if lag >= int64(m.threshold) {
 		m.starvedTo.Store(now + int64(m.hold))
 	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.roll(now)
+	m.worst[0] = max(m.worst[0], lag)
+}
+
+// roll moves the epochs on to now's; mu is held.
+func (m *lagMonitor) roll(now int64) {
+	switch e := now / int64(m.hold); {
+	case e == m.epoch:
+	case e == m.epoch+1:
+		m.epoch, m.worst = e, [2]int64{0, m.worst[0]}
+	default:
+		m.epoch, m.worst = e, [2]int64{}
+	}
+}
+
+// recent returns the worst lag of the last hold or so, the lag of right now
+// (the monitor late to wake) included: how late this process has been
+// running lately.
+func (m *lagMonitor) recent() time.Duration {
+	now := m.now()
+	m.mu.Lock()
+	m.roll(now)
+	worst := max(m.worst[0], m.worst[1])
+	m.mu.Unlock()
+	return time.Duration(max(worst, now-m.lastTick.Load()-int64(lagTick), 0))
 }
 
 // starved reports whether the process ran late by threshold or more within

@@ -55,7 +55,7 @@ import (
 
 // Defaults of the options.
 const (
-	DefaultTimeout      = 250 * time.Millisecond
+	DefaultTimeout      = 500 * time.Millisecond
 	DefaultProbeTimeout = 2 * time.Second
 	DefaultPrefix       = "tollgate"
 	DefaultMaxBatch     = 64
@@ -104,7 +104,7 @@ func WithPoolSize(n int) Option { return func(c *config) { c.poolSize = n } }
 
 // WithTimeout sets the I/O timeout: how long Redis has to answer a call,
 // counted from when the call is written to the connection (d > 0; default
-// 250ms). The wait for a turn before that is bounded by the caller's
+// 500ms). The wait for a turn before that is bounded by the caller's
 // context, not by this.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
@@ -206,7 +206,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 		pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default, which the flushers need to know
 	}
 	s := &Store{
-		router:       newRouter(t, ioOptions{poolSize: pool, timeout: c.probeTimeout, dial: c.timeout}),
+		router:       newRouter(t, ioOptions{poolSize: pool, timeout: c.probeTimeout, dial: c.probeTimeout}),
 		kind:         t.Kind,
 		prefix:       c.prefix,
 		timeout:      c.timeout,
@@ -219,7 +219,7 @@ func Open(url string, opts ...Option) (*Store, error) {
 	if c.maxBatch == 1 {
 		flushers = pool
 	}
-	s.batch = newBatcher(s.router, c.timeout, c.probeTimeout, flushers, c.maxBatch, s.classify, s.report)
+	s.batch = newBatcher(s.router, s.lag, c.timeout, c.probeTimeout, flushers, c.maxBatch, s.classify, s.report)
 	return s, nil
 }
 

@@ -149,7 +149,13 @@ func TestCluster(t *testing.T) {
 			dead = addr
 			break
 		}
-		failover(t, stores, prefix, 3, c.OwnerOf, dead, func() { c.Kill(dead) }, func() { c.WaitPromoted(dead) })
+		kill := func() {
+			c.Kill(dead)
+			// Until the promotion the slot map still names the dead node:
+			// Ping (and /readyz) says which node fails.
+			assert.ErrorContains(t, stores[0].Ping(t.Context()), "node "+dead)
+		}
+		failover(t, stores, prefix, 3, c.OwnerOf, dead, kill, func() { c.WaitPromoted(dead) })
 		assert.Positive(t, stores[0].Stats().NodeErrors[dead]+stores[1].Stats().NodeErrors[dead], "errors counted on the dead node")
 	})
 }

@@ -22,7 +22,7 @@ policies:
 	assert.False(t, c.NearCacheOf(c.Policies["check"]), "sliding_log, turned off")
 	assert.True(t, c.NearCacheOf(c.Policies["tb"]), "on by default: refusals change no state")
 	assert.False(t, c.NearCacheOf(c.Policies["fw"]), "off by default: refusals are counted")
-	assert.Equal(t, time.Second, c.DecisionTimeout, "default")
+	assert.Equal(t, 2*time.Second, c.DecisionTimeout, "default")
 
 	_, err = Load([]string{"--config", writeYAML(t, "policies:\n  ping: { near_cache: maybe }\n")}, env(nil))
 	require.ErrorIs(t, err, ErrInvalid)

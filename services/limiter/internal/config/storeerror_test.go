@@ -13,7 +13,7 @@ func TestRedisSettingsDefaults(t *testing.T) {
 	c, err := Load(nil, env(nil))
 	require.NoError(t, err)
 	assert.Equal(t, 0, c.RedisPoolSize, "0 keeps go-redis's default")
-	assert.Equal(t, 250*time.Millisecond, c.RedisTimeout)
+	assert.Equal(t, 500*time.Millisecond, c.RedisTimeout)
 	assert.Equal(t, time.Second, c.RedisBreakerCooldown)
 	assert.False(t, c.RedisClientTime, "server time by default")
 	assert.Empty(t, c.OnStoreError)
@@ -103,7 +103,7 @@ func TestUsageExplainsRedisSettings(t *testing.T) {
 	var b strings.Builder
 	require.NoError(t, Usage(&b))
 	for _, want := range []string{
-		"--redis-pool-size", "LIMITER_REDIS_POOL_SIZE", "--redis-timeout", "default 250ms",
+		"--redis-pool-size", "LIMITER_REDIS_POOL_SIZE", "--redis-timeout", "default 500ms",
 		"--redis-breaker-cooldown", "--redis-client-time", "Dangerous", "default false",
 		"on_store_error", "fail_closed", "fail_open", "local", "N x limit", "The sqlite and memory stores accept it",
 	} {
