@@ -268,6 +268,9 @@ func (c *cache) forget(drop func(e entry, key string) bool) {
 	}
 }
 
+// Capabilities are the wrapped store's.
+func (s *Store) Capabilities() limiter.Capabilities { return limiter.CapabilitiesOf(s.inner) }
+
 // Ping pings the store.
 func (s *Store) Ping(ctx context.Context) error { return s.inner.Ping(ctx) }
 

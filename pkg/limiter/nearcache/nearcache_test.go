@@ -238,3 +238,14 @@ func TestViewsShareTheCache(t *testing.T) {
 	assert.Equal(t, uint64(1), s.Hits(), "s itself does not cache fixed_window")
 	assert.Equal(t, 1, s.Len())
 }
+
+// The wrapper declares what the wrapped store declares.
+func TestCapabilitiesPassThrough(t *testing.T) {
+	srv := redistest.Start(t)
+	rs, err := redisstore.Open(srv.URL(), redisstore.WithPrefix(srv.Prefix()))
+	require.NoError(t, err)
+	s := nearcache.New(rs, nil)
+	defer s.Close()
+	assert.True(t, limiter.CapabilitiesOf(s).Remote)
+	assert.False(t, limiter.CapabilitiesOf(nearcache.New(memstore.New(), nil)).Remote)
+}
