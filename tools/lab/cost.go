@@ -374,7 +374,8 @@ func (c costConfig) sqliteWrites(ctx context.Context, p limiter.Policy, keys []l
 func (c costConfig) redisCost(ctx context.Context, p limiter.Policy, keys []limiter.Key, srv *redisServer, prog *progress) (costRow, error) {
 	prefix := "lab-" + strings.ReplaceAll(string(p.Algorithm), "_", "-")
 	s, err := redisstore.Open(srv.url, redisstore.WithClientTime(), redisstore.WithPrefix(prefix),
-		redisstore.WithTimeout(30*time.Second), redisstore.WithBreaker(1<<20, 0))
+		redisstore.WithTimeout(30*time.Second),
+		redisstore.WithBreaker(redisstore.BreakerConfig{Ratio: 1, MinCalls: 1 << 20, Interval: time.Second, Probes: 1}))
 	if err != nil {
 		return costRow{}, err
 	}

@@ -9,10 +9,15 @@ import (
 )
 
 // NearCacheOf reports whether the redis store's near cache answers p's
-// repeated refusals: the policy's near_cache setting, else on for the
-// algorithms whose refusals change no state (all but fixed_window, which
-// counts refused attempts too).
+// repeated refusals: never for an on_store_error local policy (while Redis
+// is down its refusals come from this instance's memory store, and must not
+// outlive the outage), else the policy's near_cache setting, else on for
+// the algorithms whose refusals change no state (all but fixed_window,
+// which counts refused attempts too).
 func (c Config) NearCacheOf(p limiter.Policy) bool {
+	if c.StoreErrorModeOf(p.Name) == Local {
+		return false
+	}
 	if on, ok := c.NearCache[p.Name]; ok {
 		return on
 	}
