@@ -193,7 +193,7 @@ func TestConnectionReuse(t *testing.T) {
 		},
 	})
 	for i := range 20 {
-		_, err := c.Check(ctx, "check", "reuse-"+string(rune('a'+i)), 1)
+		_, err := c.Check(ctx, "api", "reuse-"+string(rune('a'+i)), 1)
 		require.NoError(t, err)
 	}
 	assert.EqualValues(t, 1, dials.Load(), "one connection for sequential calls")
@@ -203,7 +203,7 @@ func TestConnectionReuse(t *testing.T) {
 	for range 3 {
 		for i := range 16 {
 			wg.Go(func() {
-				_, err := c.Check(ctx, "check", "burst-"+string(rune('a'+i)), 1)
+				_, err := c.Check(ctx, "api", "burst-"+string(rune('a'+i)), 1)
 				assert.NoError(t, err)
 			})
 		}
