@@ -1,10 +1,8 @@
 package config
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,36 +11,49 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/yamlwalk"
 )
 
 // applyYAML applies the YAML file's settings, policies and routes over c.
 // Decoding is strict: an unknown or repeated key is an error naming it.
 func (c *Config) applyYAML(data []byte) error {
-	root, err := oneDocument(data)
-	if err != nil {
+	root, err := yamlwalk.OneDocument(data)
+	if errors.Is(err, yamlwalk.ErrEmpty) {
+		// An editor or a tool caught mid-write: read as "every default", it
+		// would silently reset every limit.
+		return &Error{Field: c.File, Reason: "is empty: it sets nothing, so every setting and policy would be its default; remove --config to run on the defaults"}
+	} else if err != nil {
 		return &Error{Field: c.File, Reason: err.Error()}
 	}
 	if root.Kind != yaml.MappingNode {
 		return &Error{Field: c.File, Reason: "must be a mapping of settings"}
 	}
+	err = c.yamlRoot(root)
+	if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
+		return &Error{Field: we.Path, Reason: we.ReasonLine()}
+	}
+	return err
+}
+
+func (c *Config) yamlRoot(root *yaml.Node) error {
 	byKey := make(map[string]setting, len(settings))
 	for _, s := range settings {
 		byKey[s.yamlKey()] = s
 	}
 	var routes *yaml.Node
-	err = eachKey(root, "", func(key, path string, v *yaml.Node) error {
-		switch key {
+	err := yamlwalk.Mapping(root, "", func(path string, k, v *yaml.Node) error {
+		switch k.Value {
 		case "policies":
 			return c.yamlPolicies(v)
 		case "routes":
 			routes = v
 			return nil
 		}
-		s, ok := byKey[key]
+		s, ok := byKey[k.Value]
 		if !ok {
-			return &Error{Field: path, Reason: fmt.Sprintf("unknown key (line %d)", v.Line)}
+			return yamlwalk.Errorf(path, v, "unknown key")
 		}
-		text, err := settingText(key, path, v)
+		text, err := settingText(k.Value, path, v)
 		if err != nil {
 			return err
 		}
@@ -60,66 +71,6 @@ func (c *Config) applyYAML(data []byte) error {
 	return nil
 }
 
-// oneDocument returns the root node of the file's one YAML document. A file
-// without any (empty, blanks or comments only: an editor or a tool caught
-// mid-write) is refused rather than read as "every default", which would
-// silently reset every limit; so is a file of several documents, of which
-// only the first would be read.
-func oneDocument(data []byte) (*yaml.Node, error) {
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	var doc, next yaml.Node
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil, errors.New("is empty: it sets nothing, so every setting and policy would be its default; remove --config to run on the defaults")
-	} else if err != nil {
-		return nil, err
-	}
-	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
-		line := 0
-		if err == nil {
-			line = next.Line
-		}
-		return nil, fmt.Errorf("holds more than one YAML document (the second at line %d): only the first would be read; keep one", line)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Tag == "!!null" {
-		return nil, errors.New("is empty: it sets nothing, so every setting and policy would be its default; remove --config to run on the defaults")
-	}
-	return doc.Content[0], nil
-}
-
-// eachKey calls fn for every key of mapping node m, in file order. path is
-// the dotted path of m ("" for the root).
-func eachKey(m *yaml.Node, path string, fn func(key, path string, v *yaml.Node) error) error {
-	if m.Kind != yaml.MappingNode {
-		return &Error{Field: path, Reason: fmt.Sprintf("must be a mapping (line %d)", m.Line)}
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		p := k.Value
-		if path != "" {
-			p = path + "." + k.Value
-		}
-		if k.Kind != yaml.ScalarNode {
-			return &Error{Field: path, Reason: fmt.Sprintf("keys must be plain strings (line %d)", k.Line)}
-		}
-		if seen[k.Value] {
-			return &Error{Field: p, Reason: fmt.Sprintf("key given twice (line %d)", k.Line)}
-		}
-		seen[k.Value] = true
-		if err := fn(k.Value, p, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func scalar(path string, v *yaml.Node) (string, error) {
-	if v.Kind != yaml.ScalarNode {
-		return "", &Error{Field: path, Reason: fmt.Sprintf("must be a single value (line %d)", v.Line)}
-	}
-	return v.Value, nil
-}
-
 // listSettings are the settings whose YAML value may also be a list.
 var listSettings = []string{"trusted_proxies", "ping_key", "endpoint_fold"}
 
@@ -127,11 +78,11 @@ var listSettings = []string{"trusted_proxies", "ping_key", "endpoint_fold"}
 // a list setting may also be a YAML list.
 func settingText(key, path string, v *yaml.Node) (string, error) {
 	if !slices.Contains(listSettings, key) || v.Kind != yaml.SequenceNode {
-		return scalar(path, v)
+		return yamlwalk.Scalar(path, v)
 	}
 	items := make([]string, 0, len(v.Content))
 	for i, item := range v.Content {
-		s, err := scalar(fmt.Sprintf("%s[%d]", path, i), item)
+		s, err := yamlwalk.Scalar(yamlwalk.Index(path, i), item)
 		if err != nil {
 			return "", err
 		}
@@ -144,7 +95,8 @@ func settingText(key, path string, v *yaml.Node) (string, error) {
 // one (a default) starts from it, so `ping: {limit: 5}` changes only the
 // limit; a new policy must name its algorithm, limit and window.
 func (c *Config) yamlPolicies(m *yaml.Node) error {
-	return eachKey(m, "policies", func(name, path string, v *yaml.Node) error {
+	return yamlwalk.Mapping(m, "policies", func(path string, k, v *yaml.Node) error {
+		name := k.Value
 		if err := validatePolicyName(name); err != nil {
 			return fieldError("policies", err)
 		}
@@ -152,12 +104,12 @@ func (c *Config) yamlPolicies(m *yaml.Node) error {
 		if !ok {
 			p = limiter.Policy{Name: name}
 		}
-		err := eachKey(v, path, func(field, fpath string, fv *yaml.Node) error {
-			text, err := scalar(fpath, fv)
+		err := yamlwalk.Mapping(v, path, func(fpath string, fk, fv *yaml.Node) error {
+			text, err := yamlwalk.Scalar(fpath, fv)
 			if err != nil {
 				return err
 			}
-			switch field { // service-side, not limiter.Policy fields
+			switch field := fk.Value; field { // service-side, not limiter.Policy fields
 			case "on_store_error":
 				err = c.setStoreErrorMode(name, text)
 			case "decision_api":
@@ -246,7 +198,8 @@ func (c *Config) setMemoryMaxKeys(name, text string) error {
 
 // yamlRoutes applies the routes mapping; it runs after every policy is known.
 func (c *Config) yamlRoutes(m *yaml.Node) error {
-	return eachKey(m, "routes", func(route, path string, v *yaml.Node) error {
+	return yamlwalk.Mapping(m, "routes", func(path string, k, v *yaml.Node) error {
+		route := k.Value
 		if !slices.Contains(Routes, route) {
 			return &Error{Field: path, Reason: fmt.Sprintf("unknown route (want one of %s)", strings.Join(Routes, ", "))}
 		}
@@ -255,8 +208,8 @@ func (c *Config) yamlRoutes(m *yaml.Node) error {
 		}
 		names := make([]string, 0, len(v.Content))
 		for i, item := range v.Content {
-			ipath := fmt.Sprintf("%s[%d]", path, i)
-			name, err := scalar(ipath, item)
+			ipath := yamlwalk.Index(path, i)
+			name, err := yamlwalk.Scalar(ipath, item)
 			if err != nil {
 				return err
 			}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/yamlwalk"
 )
 
 // LoadDir reads every *.yaml and *.yml file directly in dir (not in
@@ -75,7 +76,9 @@ func readFile(path string) ([]byte, error) {
 func (r *Rules) Add(file string, data []byte) error {
 	p := parser{file: file, rules: r, names: map[string]string{}}
 	domain, lv, err := p.parse(data)
-	if err != nil {
+	if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
+		return &ConfigError{File: file, Field: we.Path, Reason: we.ReasonLine()}
+	} else if err != nil {
 		return err
 	}
 	for name, origin := range p.names {
@@ -113,16 +116,16 @@ func (p *parser) fail(field string, n *yaml.Node, format string, args ...any) er
 }
 
 func (p *parser) parse(data []byte) (string, level, error) {
-	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	root, err := yamlwalk.OneDocument(data)
+	if errors.Is(err, yamlwalk.ErrEmpty) {
+		return "", nil, p.fail("domain", nil, "is required (the file is empty)")
+	} else if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
+		return "", nil, err
+	} else if err != nil {
 		return "", nil, &ConfigError{File: p.file, Reason: "not valid YAML: " + err.Error()}
 	}
-	if len(doc.Content) == 0 {
-		return "", nil, p.fail("domain", nil, "is required (the file is empty)")
-	}
-	root := doc.Content[0]
 	var descriptors *yaml.Node
-	err := p.fields(root, "", map[string]func(path string, v *yaml.Node) error{
+	err = yamlwalk.Fields(root, "", map[string]yamlwalk.Handler{
 		"domain": func(path string, v *yaml.Node) error {
 			return p.str(path, v, &p.domain)
 		},
@@ -144,7 +147,7 @@ func (p *parser) parse(data []byte) (string, level, error) {
 	default:
 		p.reserveOverrides()
 	}
-	if !isNull(descriptors) {
+	if !yamlwalk.IsNull(descriptors) {
 		if err := p.list(descriptors, "descriptors", []string{p.domain}, lv, 1); err != nil {
 			return "", nil, err
 		}
@@ -163,64 +166,12 @@ func (p *parser) reserveOverrides() {
 	}
 }
 
-// fields calls the handler of every key of mapping m, refusing unknown and
-// repeated keys.
-func (p *parser) fields(m *yaml.Node, path string, handlers map[string]func(path string, v *yaml.Node) error) error {
-	return p.keys(m, path, func(fpath string, k, v *yaml.Node) error {
-		h, ok := handlers[k.Value]
-		if !ok {
-			known := make([]string, 0, len(handlers))
-			for name := range handlers {
-				known = append(known, name)
-			}
-			sort.Strings(known)
-			return p.fail(fpath, k, "unknown key (want one of %s)", strings.Join(known, ", "))
-		}
-		return h(fpath, v)
-	})
-}
-
-// keys calls fn with every key of mapping m and its value, in file order,
-// refusing keys that are not plain strings and repeated keys.
-func (p *parser) keys(m *yaml.Node, path string, fn func(fpath string, k, v *yaml.Node) error) error {
-	if m.Kind != yaml.MappingNode {
-		return p.fail(path, m, "must be a mapping")
-	}
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(m.Content); i += 2 {
-		k, v := m.Content[i], m.Content[i+1]
-		fpath := k.Value
-		if path != "" {
-			fpath = path + "." + k.Value
-		}
-		if k.Kind != yaml.ScalarNode {
-			return p.fail(path, k, "keys must be plain strings")
-		}
-		if seen[k.Value] {
-			return p.fail(fpath, k, "key given twice")
-		}
-		seen[k.Value] = true
-		if err := fn(fpath, k, v); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// scalar decodes a scalar node into out, naming what was expected on error.
-func (p *parser) scalar(path string, v *yaml.Node, out any, want string) error {
-	if v.Kind != yaml.ScalarNode || v.Decode(out) != nil {
-		return p.fail(path, v, "must be %s", want)
-	}
-	return nil
-}
-
 func (p *parser) str(path string, v *yaml.Node, out *string) error {
-	return p.scalar(path, v, out, "a string")
+	return yamlwalk.Decode(path, v, out, "a string")
 }
 
 func (p *parser) boolean(path string, v *yaml.Node, out *bool) error {
-	return p.scalar(path, v, out, "true or false")
+	return yamlwalk.Decode(path, v, out, "true or false")
 }
 
 // ignored accepts a boolean that only changes envoyproxy/ratelimit's
@@ -245,7 +196,7 @@ func (p *parser) list(seq *yaml.Node, path string, names []string, lv level, dep
 		return p.fail(path, seq, "descriptors are nested deeper than %d levels", MaxDepth)
 	}
 	for i, item := range seq.Content {
-		if err := p.descriptor(item, fmt.Sprintf("%s[%d]", path, i), names, lv, depth); err != nil {
+		if err := p.descriptor(item, yamlwalk.Index(path, i), names, lv, depth); err != nil {
 			return err
 		}
 	}
@@ -265,7 +216,7 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 	)
 	n := &node{file: p.file, origin: path}
 	var metadata *structpb.Struct
-	err := p.fields(m, path, map[string]func(string, *yaml.Node) error{
+	err := yamlwalk.Fields(m, path, map[string]yamlwalk.Handler{
 		"key": func(fp string, v *yaml.Node) error { return p.str(fp, v, &key) },
 		"value": func(fp string, v *yaml.Node) error {
 			hasValue = true
@@ -329,7 +280,7 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		b.exact[value] = n
 	}
 
-	if !isNull(rl) {
+	if !yamlwalk.IsNull(rl) {
 		if n.limit, err = p.rateLimit(rl, rlPath, names, shadow); err != nil {
 			return err
 		}
@@ -339,7 +290,7 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 	} else if shadow {
 		return p.fail(path+".shadow_mode", m, "needs a rate_limit on the same descriptor")
 	}
-	if !isNull(nested) {
+	if !yamlwalk.IsNull(nested) {
 		n.next = level{}
 		return p.list(nested, nestedPath, names, n.next, depth+1)
 	}
@@ -355,11 +306,11 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 		algorithm = string(limiter.FixedWindow)
 		l         = &Limit{}
 	)
-	err := p.fields(m, path, map[string]func(string, *yaml.Node) error{
+	err := yamlwalk.Fields(m, path, map[string]yamlwalk.Handler{
 		"unit": func(fp string, v *yaml.Node) error { return p.str(fp, v, &unit) },
 		"requests_per_unit": func(fp string, v *yaml.Node) error {
 			hasRPU = true
-			if err := p.scalar(fp, v, &rpu, "an integer"); err != nil {
+			if err := yamlwalk.Decode(fp, v, &rpu, "an integer"); err != nil {
 				return err
 			}
 			if rpu < 0 || rpu > limiter.MaxLimit {
@@ -370,16 +321,16 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 		"unlimited": func(fp string, v *yaml.Node) error { return p.boolean(fp, v, &l.Unlimited) },
 		"name":      func(fp string, v *yaml.Node) error { return p.str(fp, v, &l.Name) },
 		"replaces": func(fp string, v *yaml.Node) error {
-			if isNull(v) {
+			if yamlwalk.IsNull(v) {
 				return nil
 			}
 			if v.Kind != yaml.SequenceNode {
 				return p.fail(fp, v, "must be a list of {name: ...}")
 			}
 			for i, item := range v.Content {
-				ip := fmt.Sprintf("%s[%d]", fp, i)
+				ip := yamlwalk.Index(fp, i)
 				var name string
-				if err := p.fields(item, ip, map[string]func(string, *yaml.Node) error{
+				if err := yamlwalk.Fields(item, ip, map[string]yamlwalk.Handler{
 					"name": func(np string, nv *yaml.Node) error { return p.str(np, nv, &name) },
 				}); err != nil {
 					return err
@@ -439,13 +390,6 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	return l, nil
 }
 
-// isNull reports whether a key's value is absent: not given, or given with
-// no value ("descriptors:" alone), which envoyproxy/ratelimit reads as an
-// empty list or no block.
-func isNull(v *yaml.Node) bool {
-	return v == nil || (v.Kind == yaml.ScalarNode && v.ShortTag() == "!!null")
-}
-
 // maxMetadataValues bounds the values of one descriptor's metadata, aliases
 // followed: a few anchors must not expand into millions of values.
 const maxMetadataValues = 10_000
@@ -454,7 +398,7 @@ const maxMetadataValues = 10_000
 // returned as it is in the answer's dynamic_metadata when
 // --envoy-response-dynamic-metadata is on.
 func (p *parser) metadata(path string, v *yaml.Node) (*structpb.Struct, error) {
-	if isNull(v) {
+	if yamlwalk.IsNull(v) {
 		return nil, nil
 	}
 	if v.Kind == yaml.AliasNode {
@@ -486,7 +430,7 @@ func (p *parser) metadataValue(path string, v *yaml.Node, budget *int) (*structp
 		return p.metadataValue(path, v.Alias, budget)
 	case yaml.MappingNode:
 		fields := map[string]*structpb.Value{}
-		err := p.keys(v, path, func(fp string, k, fv *yaml.Node) error {
+		err := yamlwalk.Mapping(v, path, func(fp string, k, fv *yaml.Node) error {
 			val, err := p.metadataValue(fp, fv, budget)
 			fields[k.Value] = val
 			return err
@@ -498,7 +442,7 @@ func (p *parser) metadataValue(path string, v *yaml.Node, budget *int) (*structp
 	case yaml.SequenceNode:
 		list := &structpb.ListValue{Values: make([]*structpb.Value, len(v.Content))}
 		for i, item := range v.Content {
-			val, err := p.metadataValue(fmt.Sprintf("%s[%d]", path, i), item, budget)
+			val, err := p.metadataValue(yamlwalk.Index(path, i), item, budget)
 			if err != nil {
 				return nil, err
 			}
@@ -517,7 +461,7 @@ func (p *parser) metadataValue(path string, v *yaml.Node, budget *int) (*structp
 		return structpb.NewBoolValue(b), nil
 	case "!!int", "!!float":
 		var f float64
-		if err := p.scalar(path, v, &f, "a number"); err != nil {
+		if err := yamlwalk.Decode(path, v, &f, "a number"); err != nil {
 			return nil, err
 		}
 		return structpb.NewNumberValue(f), nil

@@ -99,6 +99,7 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 	}{
 		{"not yaml", "domain: [", `envoy: f.yaml: not valid YAML: yaml: line 1: did not find expected node content`},
 		{"empty file", "", `envoy: f.yaml: domain: is required (the file is empty)`},
+		{"two documents", "domain: d\n---\ndomain: e\n", `envoy: f.yaml: holds more than one YAML document (the second at line 2): only the first would be read; keep one`},
 		{"no domain", "descriptors: []\n", `envoy: f.yaml: domain: is required and must not be empty (line 1)`},
 		{"unknown root key", "domain: d\nlimits: []\n", `envoy: f.yaml: limits: unknown key (want one of descriptors, domain) (line 2)`},
 		{"descriptors not a list", "domain: d\ndescriptors: {key: a}\n", `envoy: f.yaml: descriptors: must be a list of descriptors (line 2)`},
