@@ -1,8 +1,6 @@
 package envoy
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"net/url"
 	"strings"
@@ -51,7 +49,8 @@ func (r *Rules) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor_
 	if n == nil || n.limit == nil {
 		return nil, limiter.Key{}
 	}
-	return n.limit, limiter.Key{Subject: boundedSubject(subject.String())}
+	// A long descriptor is counted under its digest rather than refused.
+	return n.limit, limiter.BoundKey(limiter.Key{Subject: subject.String()}, limiter.MaxKeyLen)
 }
 
 // writePair writes the i-th entry of a key: key=value, escaped, after a '&'
@@ -97,24 +96,13 @@ func (r *Rules) Override(domain string, d *ratelimitv3.RateLimitDescriptor) (*Li
 	for i, e := range d.GetEntries() {
 		writePair(&subject, i, e.GetKey(), e.GetValue())
 	}
-	key := limiter.Key{Subject: boundedSubject(subject.String())}
+	key := limiter.BoundKey(limiter.Key{Subject: subject.String()}, limiter.MaxKeyLen)
 	p := overridePolicy(domain, unit, int64(o.GetRequestsPerUnit()))
 	if l, k := r.Match(domain, d.GetEntries()); l != nil && l.stored() && k == key &&
 		l.Policy.Algorithm == limiter.FixedWindow && l.Policy.Window == window {
 		p.Name = l.Policy.Name
 	}
 	return &Limit{Policy: p, Unit: u, RequestsPerUnit: o.GetRequestsPerUnit()}, key, nil
-}
-
-// boundedSubject keeps a key within limiter.MaxKeyLen: a longer one is
-// replaced by its SHA-256 digest (the prefix keeps it apart from any short
-// key, which always holds '=').
-func boundedSubject(s string) string {
-	if len(s) <= limiter.MaxKeyLen {
-		return s
-	}
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // find returns the descriptor of this key that matches value: the exact

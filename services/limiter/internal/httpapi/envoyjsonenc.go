@@ -30,31 +30,9 @@ func appendEnvoyResponse(b []byte, resp *rlsv3.RateLimitResponse) (_ []byte, ok 
 			return b, false
 		}
 	}
-	if st := resp.GetStatuses(); len(st) > 0 {
-		o.member("statuses")
-		o.b = append(o.b, '[')
-		for i, s := range st {
-			if i > 0 {
-				o.b = append(o.b, ',')
-			}
-			if o.b, ok = appendDescriptorStatus(o.b, s); !ok {
-				return b, false
-			}
-		}
-		o.b = append(o.b, ']')
-	}
-	if hs := resp.GetResponseHeadersToAdd(); len(hs) > 0 {
-		o.member("responseHeadersToAdd")
-		o.b = append(o.b, '[')
-		for i, h := range hs {
-			if i > 0 {
-				o.b = append(o.b, ',')
-			}
-			if o.b, ok = appendHeaderValue(o.b, h); !ok {
-				return b, false
-			}
-		}
-		o.b = append(o.b, ']')
+	if !array(&o, "statuses", resp.GetStatuses(), appendDescriptorStatus) ||
+		!array(&o, "responseHeadersToAdd", resp.GetResponseHeadersToAdd(), appendHeaderValue) {
+		return b, false
 	}
 	return o.end(), true
 }
@@ -144,6 +122,28 @@ func (o *jsonObject) member(name string) {
 	o.b = append(o.b, '"')
 	o.b = append(o.b, name...)
 	o.b = append(o.b, '"', ':')
+}
+
+// array writes member name as a JSON array of items, each appended by
+// appendItem; nothing when items is empty (protojson leaves empty lists
+// out). It reports appendItem's ok.
+func array[T any](o *jsonObject, name string, items []T, appendItem func([]byte, T) ([]byte, bool)) bool {
+	if len(items) == 0 {
+		return true
+	}
+	o.member(name)
+	o.b = append(o.b, '[')
+	for i, item := range items {
+		if i > 0 {
+			o.b = append(o.b, ',')
+		}
+		var ok bool
+		if o.b, ok = appendItem(o.b, item); !ok {
+			return false
+		}
+	}
+	o.b = append(o.b, ']')
+	return true
 }
 
 // end closes the object ({} when it has no member) and returns the bytes.
