@@ -67,22 +67,52 @@ func RateLimitHeader(name string, d limiter.Decision) string {
 	return sfString(name) + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10)
 }
 
-// SetFields sets the RateLimit-Policy field to policyHeader (a
-// [PolicyHeader] value) and, when d is not nil, the RateLimit field and the
-// X-RateLimit-Limit, -Remaining and -Reset fields for policy name's decision
-// d. It replaces earlier values of these fields. The values share one
-// allocation.
-func SetFields(hd http.Header, policyHeader, name string, d *limiter.Decision) {
-	if d == nil {
-		hd[FieldPolicy] = []string{policyHeader}
+// Fields are the values of one answer's rate-limit header fields, formatted
+// once: the service's decision layer works them out for every transport,
+// and the middleware for each request.
+type Fields struct {
+	// Policy is the RateLimit-Policy value (a [PolicyHeader]); empty when
+	// every policy is a shadow, and then no field is set.
+	Policy string
+	// RateLimit is the RateLimit value of the policy shown (a
+	// [RateLimitHeader]); empty when no enforcing policy was evaluated, and
+	// then only RateLimit-Policy is set.
+	RateLimit string
+	// Limit, Remaining and Reset (whole seconds, rounded up) are the shown
+	// policy's numbers, for the X-RateLimit-* fields.
+	Limit, Remaining, Reset int64
+}
+
+// NewFields returns the fields for policy name's decision d, announced under
+// policyHeader (a [PolicyHeader] value).
+func NewFields(policyHeader, name string, d limiter.Decision) Fields {
+	return Fields{
+		Policy:    policyHeader,
+		RateLimit: RateLimitHeader(name, d),
+		Limit:     d.Limit,
+		Remaining: d.Remaining,
+		Reset:     limiter.RetryAfterSeconds(d.ResetAfter),
+	}
+}
+
+// Set sets the RateLimit-Policy field and, when a policy is shown, the
+// RateLimit field and the X-RateLimit-Limit, -Remaining and -Reset fields on
+// hd, replacing earlier values. Nothing is set when Policy is empty. The
+// values share one allocation.
+func (f Fields) Set(hd http.Header) {
+	if f.Policy == "" {
+		return
+	}
+	if f.RateLimit == "" {
+		hd[FieldPolicy] = []string{f.Policy}
 		return
 	}
 	v := [...]string{
-		policyHeader,
-		RateLimitHeader(name, *d),
-		strconv.FormatInt(d.Limit, 10),
-		strconv.FormatInt(d.Remaining, 10),
-		strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10),
+		f.Policy,
+		f.RateLimit,
+		strconv.FormatInt(f.Limit, 10),
+		strconv.FormatInt(f.Remaining, 10),
+		strconv.FormatInt(f.Reset, 10),
 	}
 	vals := v[:] // one backing array for the five one-value slices
 	hd[FieldPolicy] = vals[0:1:1]

@@ -41,7 +41,7 @@ func TestFieldsAreCanonical(t *testing.T) {
 func TestFieldsAreIndependent(t *testing.T) {
 	hd := http.Header{}
 	d := limiter.Decision{Limit: 10, Remaining: 3, ResetAfter: 1500 * time.Millisecond}
-	httplimit.SetFields(hd, `"p";q=10;w=60`, "p", &d)
+	httplimit.NewFields(`"p";q=10;w=60`, "p", d).Set(hd)
 	hd.Add("RateLimit-Policy", "extra")
 	assert.Equal(t, []string{`"p";q=10;w=60`, "extra"}, hd.Values("RateLimit-Policy"))
 	assert.Equal(t, []string{`"p";r=3;t=2`}, hd.Values("RateLimit"))
@@ -50,13 +50,18 @@ func TestFieldsAreIndependent(t *testing.T) {
 	assert.Equal(t, "2", hd.Get("X-RateLimit-Reset"))
 
 	only := http.Header{}
-	httplimit.SetFields(only, `"p";q=10;w=60`, "", nil)
+	httplimit.Fields{Policy: `"p";q=10;w=60`}.Set(only)
 	assert.Equal(t, http.Header{"Ratelimit-Policy": {`"p";q=10;w=60`}}, only)
+
+	none := http.Header{}
+	httplimit.Fields{RateLimit: `"p";r=3;t=2`, Limit: 10}.Set(none)
+	assert.Empty(t, none, "no field when every policy is a shadow")
 }
 
 func TestNewProblem(t *testing.T) {
 	assert.Equal(t, httplimit.Problem{Type: "urn:tollgate:problem:validation-failed", Title: "Unprocessable Entity", Status: 422, Detail: "d"},
 		httplimit.NewProblem(422, "d"))
+	assert.Equal(t, "urn:tollgate:problem:unauthorized", httplimit.NewProblem(401, "d").Type)
 	assert.Equal(t, httplimit.Problem{Type: "urn:tollgate:problem:internal", Title: "Internal Server Error", Status: 500, Detail: "d"},
 		httplimit.NewProblem(418, "d"), "a status Tollgate never answers is a 500")
 }

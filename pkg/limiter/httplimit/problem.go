@@ -18,6 +18,7 @@ const ProblemTypePrefix = "urn:tollgate:problem:"
 // slug.
 var problemSlugs = map[int]string{
 	http.StatusBadRequest:            "bad-request",
+	http.StatusUnauthorized:          "unauthorized",
 	http.StatusForbidden:             "forbidden",
 	http.StatusNotFound:              "not-found",
 	http.StatusMethodNotAllowed:      "method-not-allowed",

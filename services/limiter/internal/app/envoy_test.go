@@ -23,6 +23,7 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
@@ -165,8 +166,8 @@ func TestJSONRefusesBadBodies(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			resp, data := postJSON(t, srv, tt.body)
 			assert.Equal(t, tt.want, resp.StatusCode)
-			assert.Equal(t, httpapi.ProblemContentType, resp.Header.Get("Content-Type"))
-			var p httpapi.Problem
+			assert.Equal(t, httplimit.ProblemContentType, resp.Header.Get("Content-Type"))
+			var p httplimit.Problem
 			require.NoError(t, json.Unmarshal(data, &p), string(data))
 			assert.Contains(t, p.Detail, tt.detail)
 		})

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 )
 
 // Options configures New. Every field but StoreName and Offenders is
@@ -86,7 +87,7 @@ type Plan struct {
 // evaluation stops at the first enforcing refusal, so that policy allows
 // only when every enforcing policy has allowed.
 func (m *Metrics) NewPlan(ps []limiter.Policy) *Plan {
-	p := &Plan{policies: ps, header: PolicyHeader(ps), audit: len(ps) - 1}
+	p := &Plan{policies: ps, header: httplimit.PolicyHeader(ps), audit: len(ps) - 1}
 	for _, q := range ps {
 		p.counters = append(p.counters, m.countersOf(q))
 	}
@@ -200,7 +201,7 @@ func (d *Decider) Each(ctx context.Context, checks []Check) (Verdict, error) {
 			v.Refused = i
 		}
 	}
-	v.Header = header(PolicyHeader(ps), ps, v.Results)
+	v.Header = header(httplimit.PolicyHeader(ps), ps, v.Results)
 	return v, nil
 }
 
@@ -252,7 +253,7 @@ func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Ti
 // remaining (the first of equals); Retry-After, for a refused request, is
 // the longest wait among the enforcing refusals that a wait can lift.
 func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
-	h := Header{Policy: policyHeader, RetryAfter: -1}
+	h := Header{Fields: httplimit.Fields{Policy: policyHeader}, RetryAfter: -1}
 	if policyHeader == "" {
 		return h
 	}
@@ -276,8 +277,7 @@ func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
 		return h
 	}
 	s := results[shown]
-	h.RateLimit = RateLimitHeader(ps[shown].Name, s.Decision)
-	h.Limit, h.Remaining, h.Reset = s.Limit, s.Remaining, limiter.RetryAfterSeconds(s.ResetAfter)
+	h.Fields = httplimit.NewFields(policyHeader, ps[shown].Name, s.Decision)
 	if refused && retry >= 0 {
 		h.RetryAfter = limiter.RetryAfterSeconds(retry)
 	}

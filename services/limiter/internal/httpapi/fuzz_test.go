@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
@@ -82,7 +83,7 @@ func FuzzCheckBody(f *testing.F) {
 		w := s.do(req{method: http.MethodPost, target: "/rate/check", body: body, header: map[string]string{"X-User-Id": "3"}})
 		require.Contains(t, []int{200, 400, 413, 422, 429}, w.Code, w.Body.String())
 		if w.Code != http.StatusOK {
-			assert.Equal(t, httpapi.ProblemContentType, w.Header().Get("Content-Type"))
+			assert.Equal(t, httplimit.ProblemContentType, w.Header().Get("Content-Type"))
 			return
 		}
 		var in struct{ Endpoint string }

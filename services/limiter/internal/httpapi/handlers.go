@@ -81,7 +81,7 @@ type (
 // decided sets the rate-limit header fields of v and returns the 429
 // problem when v refuses the request.
 func decided(c *gin.Context, plan *decide.Plan, v decide.Verdict) *problem {
-	setLimitFields(c.Writer.Header(), v.Header)
+	v.Header.Fields.Set(c.Writer.Header())
 	if v.Allowed() {
 		return nil
 	}

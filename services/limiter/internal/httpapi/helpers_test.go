@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
@@ -239,9 +240,9 @@ func decode(t testing.TB, w *httptest.ResponseRecorder) map[string]any {
 func assertProblem(t testing.TB, w *httptest.ResponseRecorder, status int, slug string) map[string]any {
 	t.Helper()
 	require.Equal(t, status, w.Code, w.Body.String())
-	assert.Equal(t, httpapi.ProblemContentType, w.Header().Get("Content-Type"))
+	assert.Equal(t, httplimit.ProblemContentType, w.Header().Get("Content-Type"))
 	m := decode(t, w)
-	assert.Equal(t, httpapi.ProblemTypePrefix+slug, m["type"])
+	assert.Equal(t, httplimit.ProblemTypePrefix+slug, m["type"])
 	assert.Equal(t, float64(status), m["status"])
 	assert.Equal(t, http.StatusText(status), m["title"])
 	assert.NotEmpty(t, m["detail"])

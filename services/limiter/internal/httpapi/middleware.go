@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/gin-gonic/gin"
@@ -109,4 +110,16 @@ func (h *handler) recover(c *gin.Context) {
 		h.writeProblem(c, internalError())
 	}()
 	c.Next()
+}
+
+// codeClasses are the code_class label values, by status/100.
+var codeClasses = [...]string{"0xx", "1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// codeClass returns the code_class label of status ("2xx"), without
+// formatting it for the statuses HTTP defines.
+func codeClass(status int) string {
+	if i := status / 100; i >= 0 && i < len(codeClasses) {
+		return codeClasses[i]
+	}
+	return strconv.Itoa(status/100) + "xx"
 }

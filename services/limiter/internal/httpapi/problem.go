@@ -2,58 +2,16 @@ package httpapi
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
-	"strconv"
 
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
-
-// ProblemContentType is the media type of every error answer (RFC 9457).
-const ProblemContentType = "application/problem+json"
-
-// ProblemTypePrefix starts every problem type URI; the slug follows.
-const ProblemTypePrefix = "urn:tollgate:problem:"
-
-// problemSlugs maps each status the service answers with to its problem
-// type's slug.
-var problemSlugs = map[int]string{
-	http.StatusBadRequest:            "bad-request",
-	http.StatusUnauthorized:          "unauthorized",
-	http.StatusForbidden:             "forbidden",
-	http.StatusNotFound:              "not-found",
-	http.StatusMethodNotAllowed:      "method-not-allowed",
-	http.StatusRequestEntityTooLarge: "payload-too-large",
-	http.StatusUnprocessableEntity:   "validation-failed",
-	http.StatusTooManyRequests:       "rate-limit-exceeded",
-	http.StatusInternalServerError:   "internal",
-	http.StatusServiceUnavailable:    "unavailable",
-}
-
-// Problem is an RFC 9457 problem details object.
-type Problem struct {
-	Type     string `json:"type"`
-	Title    string `json:"title"`
-	Status   int    `json:"status"`
-	Detail   string `json:"detail"`
-	Instance string `json:"instance,omitempty"`
-}
-
-// LimitedProblem is the 429 answer: a Problem with the refusing policy's
-// numbers. Durations are seconds.
-type LimitedProblem struct {
-	Problem
-	ViolatedPolicies []string `json:"violated-policies"`
-	Limit            int64    `json:"limit"`
-	Remaining        int64    `json:"remaining"`
-	ResetAfter       float64  `json:"reset_after"`
-	RetryAfter       float64  `json:"retry_after"`
-}
 
 // problem is a handler's error answer; writeProblem writes it. Handlers
 // return one instead of writing it themselves.
@@ -66,7 +24,8 @@ type problem struct {
 	retryAfter string
 	// cause, when set, is logged (a store error).
 	cause error
-	// refusal, when set, makes the answer a LimitedProblem (429).
+	// refusal, when set, makes the answer the library's 429 problem, as
+	// its middleware answers (status, detail and retryAfter are its own).
 	refusal *refusal
 }
 
@@ -97,7 +56,7 @@ func unavailable(err error) *problem {
 	}
 	return &problem{
 		status:     http.StatusServiceUnavailable,
-		detail:     "the rate-limit store could not decide; retry later",
+		detail:     httplimit.UnavailableDetail,
 		retryAfter: "1",
 		cause:      err,
 	}
@@ -110,29 +69,7 @@ func internalError() *problem {
 
 // limited is the 429 answer for policy p's refusal d.
 func limited(p limiter.Policy, d limiter.Decision) *problem {
-	return &problem{
-		status:     http.StatusTooManyRequests,
-		detail:     "rate limit of " + strconv.FormatInt(p.Limit, 10) + " per " + p.Window.String() + " exceeded for policy " + strconv.Quote(p.Name),
-		retryAfter: strconv.FormatInt(limiter.RetryAfterSeconds(d.RetryAfter), 10),
-		refusal:    &refusal{policy: p, decision: d},
-	}
-}
-
-func newProblem(c *gin.Context, status int, detail string) Problem {
-	slug, ok := problemSlugs[status]
-	if !ok {
-		status, slug = http.StatusInternalServerError, problemSlugs[http.StatusInternalServerError]
-	}
-	p := Problem{
-		Type:   ProblemTypePrefix + slug,
-		Title:  http.StatusText(status),
-		Status: status,
-		Detail: detail,
-	}
-	if id := c.GetString(ctxRequestID); id != "" {
-		p.Instance = "urn:tollgate:request:" + id
-	}
-	return p
+	return &problem{status: http.StatusTooManyRequests, refusal: &refusal{policy: p, decision: d}}
 }
 
 // writeProblem answers p and stops the handler chain: the one place that
@@ -147,31 +84,24 @@ func (h *handler) writeProblem(c *gin.Context, p *problem) {
 				slog.String("request_id", c.GetString(ctxRequestID)), slog.String("error", p.cause.Error()))
 		}
 	}
-	if p.retryAfter != "" {
-		c.Header("Retry-After", p.retryAfter)
+	var instance string
+	if id := c.GetString(ctxRequestID); id != "" {
+		instance = "urn:tollgate:request:" + id
 	}
-	pb := newProblem(c, p.status, p.detail)
-	if p.slug != "" {
-		pb.Type = ProblemTypePrefix + p.slug
-	}
-	var body any = pb
 	if r := p.refusal; r != nil {
-		body = LimitedProblem{
-			Problem:          pb,
-			ViolatedPolicies: []string{r.policy.Name},
-			Limit:            r.decision.Limit,
-			Remaining:        r.decision.Remaining,
-			ResetAfter:       limiter.Seconds(r.decision.ResetAfter),
-			RetryAfter:       limiter.Seconds(r.decision.RetryAfter),
-		}
-	}
-	data, err := json.Marshal(body)
-	if err != nil { // cannot happen for our types; answer without a body
-		c.AbortWithStatus(http.StatusInternalServerError)
+		httplimit.WriteLimited(c.Writer, r.policy, r.decision, instance)
+		c.Abort()
 		return
 	}
-	c.Header("Cache-Control", "no-store")
-	c.Data(p.status, ProblemContentType, data)
+	if p.retryAfter != "" {
+		c.Writer.Header()["Retry-After"] = []string{p.retryAfter}
+	}
+	pb := httplimit.NewProblem(p.status, p.detail)
+	pb.Instance = instance
+	if p.slug != "" {
+		pb.Type = httplimit.ProblemTypePrefix + p.slug
+	}
+	httplimit.WriteProblem(c.Writer, p.status, pb)
 	c.Abort()
 }
 

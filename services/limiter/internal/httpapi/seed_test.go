@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
@@ -289,7 +290,7 @@ func TestRateInputValidation(t *testing.T) {
 			w := s.do(tt.r)
 			require.Equal(t, tt.want, w.Code, w.Body.String())
 			if tt.want != http.StatusOK {
-				assert.Equal(t, httpapi.ProblemContentType, w.Header().Get("Content-Type"))
+				assert.Equal(t, httplimit.ProblemContentType, w.Header().Get("Content-Type"))
 			}
 		})
 	}

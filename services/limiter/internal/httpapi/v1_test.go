@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
@@ -111,7 +112,7 @@ func TestV1CheckValidation(t *testing.T) {
 			w := s.v1(tt.body)
 			require.Equal(t, tt.want, w.Code, w.Body.String())
 			if tt.want != http.StatusOK {
-				assert.Equal(t, httpapi.ProblemContentType, w.Header().Get("Content-Type"))
+				assert.Equal(t, httplimit.ProblemContentType, w.Header().Get("Content-Type"))
 			}
 		})
 	}
