@@ -12,25 +12,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 )
-
-// tmpfs mounts a file system of size bytes on a new folder for the test and
-// returns the folder; it skips the test, with the reason, where mounting is
-// not allowed (not root).
-func tmpfs(t *testing.T, size string) string {
-	t.Helper()
-	dir := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
-		t.Skipf("needs a tmpfs of %s (root): mount: %v %s", size, err, out)
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v %s", dir, err, out)
-		}
-	})
-	return dir
-}
 
 // readOnly makes the file at path unwritable for this process while its
 // folder stays writable: by its mode, or, for root (whom modes do not stop),
@@ -155,7 +139,7 @@ func TestReplacedFileIsReopened(t *testing.T) {
 // decisions work again without a restart. While the disk is full, Ping
 // fails and says why.
 func TestFullDiskRecoversAfterPrune(t *testing.T) {
-	dir := tmpfs(t, "16m")
+	dir := limitertest.TmpFS(t, "16m")
 	path := filepath.Join(dir, "limiter.db")
 	s := open(t, path, sqlitestore.WithDiskReserve(6<<20), sqlitestore.WithAuditRetention(time.Hour))
 	ctx := context.Background()
