@@ -69,6 +69,7 @@ func Run(t *testing.T, newStore func(t testing.TB) limiter.Store) {
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, newStore) })
+	t.Run("AllowAnyCost", func(t *testing.T) { testAllowAnyCost(t, newStore) })
 }
 
 // forEach runs f in one subtest per algorithm of algs, each with a fresh

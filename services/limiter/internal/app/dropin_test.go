@@ -467,3 +467,37 @@ descriptors:
 		assert.Equal(t, uint32(1), alone.GetStatuses()[0].GetLimitRemaining(), "alone, wide is counted again")
 	})
 }
+
+// A hits_addend above the limit is over, and counted, as the peer's INCRBY:
+// the whole addend is in the count that later requests see, an override
+// with a higher limit on the same counter included.
+func TestDropInHitsAddendAboveTheLimit(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
+	const minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	one := func(st *rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitResponse {
+		return &rlsv3.RateLimitResponse{OverallCode: st.GetCode(), Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}
+	}
+	big := req("shop", []string{"user", "carol"})
+	big.HitsAddend = 5
+	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)), d.ask(t, big), "5 hits on a limit of 2")
+	check := req("shop", []string{"user", "carol"})
+	check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)), d.ask(t, check), "5 counted: a check is over")
+	assertAnswer(t, one(limited(ok, "", 10, minute, 4, 15*time.Second)),
+		d.ask(t, override("shop", 10, typev3.RateLimitUnit_MINUTE, "user", "carol")), "6 counted of 10")
+
+	perDescriptor := req("shop", []string{"user", "dave"})
+	perDescriptor.Descriptors[0].HitsAddend = wrapperspb.UInt64(3)
+	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)), d.ask(t, perDescriptor), "a descriptor-level 3")
+	assertAnswer(t, one(limited(ok, "", 4, minute, 0, 15*time.Second)),
+		d.ask(t, override("shop", 4, typev3.RateLimitUnit_MINUTE, "user", "dave")), "3 counted, and this one: 4 of 4")
+
+	huge := req("shop", []string{"user", "erin"})
+	huge.Descriptors[0].HitsAddend = wrapperspb.UInt64(1 << 40)
+	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)), d.ask(t, huge), "far above every limit")
+	assertAnswer(t, one(limited(over, "", 1<<31, minute, 0, 15*time.Second)),
+		d.ask(t, override("shop", 1<<31, typev3.RateLimitUnit_MINUTE, "user", "erin")), "past even the largest limit")
+
+	d.clock.Advance(15 * time.Second)
+	assertAnswer(t, one(limited(ok, "", 2, minute, 1, time.Minute)), d.ask(t, req("shop", []string{"user", "carol"})), "a new minute")
+}

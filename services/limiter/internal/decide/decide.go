@@ -107,7 +107,9 @@ func (p *Plan) Policies() []limiter.Policy { return p.policies }
 type Mode uint8
 
 const (
-	// Charge asks Allow: Cost is counted when allowed.
+	// Charge asks Allow: Cost is counted when allowed. A fixed_window Cost
+	// above the limit is refused, final, and counted all the same (see
+	// limiter.AllowAnyCost).
 	Charge Mode = iota
 	// Read asks Peek and counts nothing. With Cost 0 it checks the state:
 	// over when the state refuses (for fixed_window: when the count is past
@@ -229,8 +231,9 @@ func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Ti
 			r.Final = c.Cost > 0
 			r.RetryAfter = 0
 		} else {
-			r.Decision, err = d.store.Allow(ctx, p, limiter.Request{Key: c.Key, Cost: c.Cost, Now: now, Audit: c.Audit})
+			r.Decision, err = limiter.AllowAnyCost(ctx, d.store, p, limiter.Request{Key: c.Key, Cost: c.Cost, Now: now, Audit: c.Audit})
 			r.Over = !r.Allowed
+			r.Final = c.Cost > p.Limit
 		}
 		d.storeTime.Observe(time.Since(begin).Seconds())
 		if err == nil || !errors.Is(err, context.Canceled) && !errors.Is(err, limiter.ErrOverloaded) {

@@ -51,8 +51,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 //   - Its cost is its hits_addend when set (0 checks without counting:
 //     over only when the key is already past its limit), else the
 //     request's hits_addend if above 0, else 1. A cost above the limit is
-//     over and not counted (a store bounds a cost by the limit; the peer
-//     counts it).
+//     over; the fixed window counts it, as the peer does (the other
+//     algorithms count only what passes).
 //   - With Options.StopIncrementWhenOverLimit, when any descriptor would go
 //     over its limit, only those are counted; the others are checked
 //     without counting (see stopIncrement).
@@ -106,8 +106,11 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		switch {
 		case l.blocked():
 			c.Mode = decide.Refuse
-		case cost == 0 || cost > uint64(l.Policy.Limit):
-			// A check without hits, or a cost that can never pass: read only.
+		case cost == 0:
+			c.Mode = decide.Read // a check without hits
+		case cost > uint64(l.Policy.Limit) && l.Policy.Algorithm != limiter.FixedWindow:
+			// A cost that can never pass, under an algorithm that counts
+			// only what passes: read only. The fixed window counts it.
 			c.Mode = decide.Read
 		}
 		checks = append(checks, c)
