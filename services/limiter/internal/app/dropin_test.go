@@ -501,3 +501,66 @@ func TestDropInHitsAddendAboveTheLimit(t *testing.T) {
 	d.clock.Advance(15 * time.Second)
 	assertAnswer(t, one(limited(ok, "", 2, minute, 1, time.Minute)), d.ask(t, req("shop", []string{"user", "carol"})), "a new minute")
 }
+
+// quotaRules has two limits in quota mode, one that is not, one in
+// shadow mode, each 1 a minute, and a descriptor with both modes and no
+// rate_limit (the peer loads it; they mean nothing there).
+var quotaRules = map[string]string{"q.yaml": `domain: q
+descriptors:
+  - key: a
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: b
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: c
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: s
+    shadow_mode: true
+    quota_mode: true
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: n
+    quota_mode: true
+    shadow_mode: true
+`}
+
+// quota_mode: an over descriptor in quota mode reports OVER_LIMIT, and
+// makes the answer OVER_LIMIT only when every quota descriptor of the
+// request is over, as the peer's quota mode.
+func TestDropInQuotaMode(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, quotaRules), "--envoy-response-headers")
+	ask := func(descriptors ...[]string) []rlsv3.RateLimitResponse_Code {
+		return codesOf(d.ask(t, req("q", descriptors...)))
+	}
+	a, b, c := []string{"a", "1"}, []string{"b", "1"}, []string{"c", "1"}
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok, ok}, ask(a, b))
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, over, over}, ask(a, b), "every quota descriptor over")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, over, ok}, ask(a, []string{"b", "2"}), "one quota descriptor passes")
+	assert.Empty(t, d.header.Get("Retry-After"), "an answer that passes has no Retry-After")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, over, ok}, ask(a, c), "the only quota descriptor is over")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, ok, over}, ask([]string{"b", "3"}, c), "a limit not in quota mode is over")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, over, ok}, ask(a, []string{"x", "1"}), "an unmatched descriptor is not in quota mode")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok}, ask([]string{"s", "1"}))
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok, over}, ask([]string{"s", "1"}, a), "a shadow limit passes")
+	assert.Empty(t, d.header.Get("Retry-After"))
+	assert.Nil(t, d.ask(t, req("q", []string{"n", "1"})).GetStatuses()[0].GetCurrentLimit(), "modes without rate_limit")
+
+	// QUOTA_MODE: every descriptor in quota mode, unmatched ones too.
+	g := newDropIn(t, "--envoy-config", envoyFolder(t, quotaRules), "--envoy-quota-mode")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, ok}, codesOf(g.ask(t, req("q", c))))
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{over, over}, codesOf(g.ask(t, req("q", c))), "alone, over")
+	assert.Equal(t, []rlsv3.RateLimitResponse_Code{ok, over, ok}, codesOf(g.ask(t, req("q", c, []string{"x", "1"}))),
+		"an unmatched descriptor passes, so not every quota descriptor is over")
+}
+
+// SHADOW_MODE: every answer is OK overall, the statuses as they are.
+func TestDropInGlobalShadowMode(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules), "--envoy-shadow-mode")
+	const minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
+	d.ask(t, req("shop", []string{"user", "u"}))
+	d.ask(t, req("shop", []string{"user", "u"}))
+	assertAnswer(t, &rlsv3.RateLimitResponse{
+		OverallCode: ok,
+		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{limited(over, "", 2, minute, 0, 15*time.Second)},
+	}, d.ask(t, req("shop", []string{"user", "u"})), "over, counted, reported, not enforced")
+}

@@ -37,6 +37,8 @@ func envoyOptions(cfg config.Config) envoy.Options {
 		ResponseHeaders:            cfg.EnvoyResponseHeaders,
 		DynamicMetadata:            cfg.EnvoyResponseDynamicMetadata,
 		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrementWhenOverLimit,
+		QuotaMode:                  cfg.EnvoyQuotaMode,
+		ShadowMode:                 cfg.EnvoyShadowMode,
 	}
 }
 

@@ -77,6 +77,12 @@ type Config struct {
 	// descriptors but those over their limit when any is (envoyproxy/
 	// ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 	EnvoyStopIncrementWhenOverLimit bool
+	// EnvoyQuotaMode puts every Envoy descriptor in quota mode
+	// (envoyproxy/ratelimit's QUOTA_MODE).
+	EnvoyQuotaMode bool
+	// EnvoyShadowMode answers every Envoy request OK overall, its
+	// descriptors' statuses unchanged (envoyproxy/ratelimit's SHADOW_MODE).
+	EnvoyShadowMode bool
 	// RedisPoolSize is the number of connections to Redis per instance; 0
 	// keeps go-redis's default (10 per GOMAXPROCS).
 	RedisPoolSize int

@@ -115,6 +115,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
 		"envoy-response-headers": "true", "envoy-stop-cache-key-increment-when-overlimit": "true",
+		"envoy-quota-mode": "true", "envoy-shadow-mode": "true",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
 	}
@@ -153,6 +154,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.EnvoyResponseDynamicMetadata)
 		assert.True(t, c.EnvoyResponseHeaders)
 		assert.True(t, c.EnvoyStopIncrementWhenOverLimit)
+		assert.True(t, c.EnvoyQuotaMode)
+		assert.True(t, c.EnvoyShadowMode)
 		assert.Equal(t, 2*time.Hour, c.AuditRetention)
 		assert.Equal(t, 1024, c.SQLiteDiskReserve)
 		assert.Equal(t, 100, c.MaxKeyBytes)

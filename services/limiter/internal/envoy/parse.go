@@ -181,11 +181,6 @@ func (p *parser) ignored(path string, v *yaml.Node) error {
 	return p.boolean(path, v, &b)
 }
 
-// unsupported refuses a field whose meaning Tollgate does not implement.
-func (p *parser) unsupported(why string) func(path string, v *yaml.Node) error {
-	return func(path string, v *yaml.Node) error { return p.fail(path, v, "is not supported by Tollgate: %s", why) }
-}
-
 // list reads a descriptors list into lv. names is the policy name's path so
 // far (domain, then key or key_value per level).
 func (p *parser) list(seq *yaml.Node, path string, names []string, lv level, depth int) error {
@@ -209,6 +204,7 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		key, value string
 		hasValue   bool
 		shadow     bool
+		quota      bool
 		rl         *yaml.Node
 		rlPath     string
 		nested     *yaml.Node
@@ -228,7 +224,7 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		"share_threshold": func(fp string, v *yaml.Node) error { return p.boolean(fp, v, &n.share) },
 		"detailed_metric": p.ignored,
 		"value_to_metric": p.ignored,
-		"quota_mode":      p.unsupported("quota mode needs quota-aware counting"),
+		"quota_mode":      func(fp string, v *yaml.Node) error { return p.boolean(fp, v, &quota) },
 		"metadata": func(fp string, v *yaml.Node) (err error) {
 			metadata, err = p.metadata(fp, v)
 			return err
@@ -287,9 +283,10 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		// Only the metadata of a descriptor that carries the limit is ever
 		// returned, as envoyproxy/ratelimit does.
 		n.limit.Metadata = metadata
-	} else if shadow {
-		return p.fail(path+".shadow_mode", m, "needs a rate_limit on the same descriptor")
+		n.limit.Quota = quota
 	}
+	// shadow_mode and quota_mode on a descriptor without rate_limit mean
+	// nothing, and envoyproxy/ratelimit loads them.
 	if !yamlwalk.IsNull(nested) {
 		n.next = level{}
 		return p.list(nested, nestedPath, names, n.next, depth+1)

@@ -113,6 +113,9 @@ type Limit struct {
 	RequestsPerUnit uint32
 	// Unlimited limits are never counted and always answer OK.
 	Unlimited bool
+	// Quota is quota_mode: over, this limit makes the request over only
+	// when every quota limit of the request is (see Decide).
+	Quota bool
 	// Metadata is the descriptor's metadata, nil when none.
 	Metadata *structpb.Struct
 }
@@ -184,6 +187,12 @@ type Options struct {
 	// but the ones over their limit when any is
 	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see Decide).
 	StopIncrementWhenOverLimit bool
+	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE), as
+	// quota_mode: true on each would.
+	QuotaMode bool
+	// ShadowMode answers OK overall whatever the descriptors answer
+	// (SHADOW_MODE); each descriptor's status stays as it is.
+	ShadowMode bool
 }
 
 // Rules are the loaded domains. They are immutable once loaded and safe for

@@ -120,8 +120,6 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 			`envoy: f.yaml: descriptors[0].rate_limit: an unlimited rate_limit takes no unit nor requests_per_unit (line 4)`},
 		{"unknown descriptor key", "domain: d\ndescriptors:\n  - key: a\n    limit: 3\n",
 			`envoy: f.yaml: descriptors[0].limit: unknown key (want one of descriptors, detailed_metric, key, metadata, quota_mode, rate_limit, shadow_mode, share_threshold, value, value_to_metric) (line 4)`},
-		{"quota mode", "domain: d\ndescriptors:\n  - key: a\n    quota_mode: true\n",
-			`envoy: f.yaml: descriptors[0].quota_mode: is not supported by Tollgate: quota mode needs quota-aware counting (line 4)`},
 		{"duplicate descriptor", "domain: d\ndescriptors:\n  - key: a\n    value: x\n  - key: a\n    value: x\n",
 			`envoy: f.yaml: descriptors[1]: key "a" with value "x" is already defined at descriptors[0] (line 5)`},
 		{"same policy name", "domain: d\ndescriptors:\n  - key: a_b\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n",

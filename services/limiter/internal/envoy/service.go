@@ -56,6 +56,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 //   - With Options.StopIncrementWhenOverLimit, when any descriptor would go
 //     over its limit, only those are counted; the others are checked
 //     without counting (see stopIncrement).
+//   - The answer is OVER_LIMIT when a descriptor not in quota mode is over,
+//     or when every descriptor in quota mode is (quota_mode, or
+//     Options.QuotaMode for all; an over quota descriptor still reports
+//     OVER_LIMIT in its status); with Options.ShadowMode it is OK whatever
+//     the statuses say. All as envoyproxy/ratelimit answers.
 //   - The answer carries header fields only with Options.ResponseHeaders,
 //     and dynamic_metadata only with Options.DynamicMetadata.
 //
@@ -128,7 +133,7 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 	if err != nil {
 		return nil, unavailable(err)
 	}
-	resp := answer(limits, index, v, rules.opts.ResponseHeaders)
+	resp := answer(limits, index, v, rules.opts)
 	if rules.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, limits, index, v)
 	}
@@ -213,11 +218,11 @@ func validate(req *rlsv3.RateLimitRequest) error {
 }
 
 // answer builds the response from the verdict v of the checks of the
-// descriptors index names: one status per descriptor, the overall code,
-// and, when headers is true, the header fields (RateLimit-Policy,
-// RateLimit, plus Retry-After when over the limit) for Envoy to add to the
-// client's response.
-func answer(limits []*Limit, index []int, v decide.Verdict, headers bool) *rlsv3.RateLimitResponse {
+// descriptors index names: one status per descriptor, the overall code (see
+// Decide), and, with o.ResponseHeaders, the header fields
+// (RateLimit-Policy, RateLimit, plus Retry-After when the answer is over)
+// for Envoy to add to the client's response.
+func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits)),
@@ -239,20 +244,47 @@ func answer(limits []*Limit, index []int, v decide.Verdict, headers bool) *rlsv3
 		st.DurationUntilReset = durationpb.New(max(r.ResetAfter, 0))
 		if r.Over && !l.Policy.Shadow { // shadows are counted and reported, never enforced
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
 	}
+	if overall(limits, resp.Statuses, o.QuotaMode) && !o.ShadowMode {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+	}
 	h := v.Header
-	if !headers || h.Policy == "" {
+	if !o.ResponseHeaders || h.Policy == "" {
 		return resp
 	}
 	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
 		{Key: "RateLimit-Policy", Value: h.Policy},
 		{Key: "RateLimit", Value: h.RateLimit},
 	}
-	if h.RetryAfter >= 0 {
+	if h.RetryAfter >= 0 && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(h.RetryAfter, 10)})
 	}
 	return resp
+}
+
+// overall reports whether the request is over, as envoyproxy/ratelimit
+// decides it from the descriptors' statuses: when a descriptor not in quota
+// mode is over, or when there are descriptors in quota mode (every one but
+// the unlimited with allQuota) and all of them are over.
+func overall(limits []*Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) bool {
+	quotas, quotasOver := 0, 0
+	for i, l := range limits {
+		if l != nil && l.Unlimited {
+			continue
+		}
+		over := statuses[i].GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT
+		if !allQuota && (l == nil || !l.Quota) {
+			if over {
+				return true
+			}
+			continue
+		}
+		quotas++
+		if over {
+			quotasOver++
+		}
+	}
+	return quotas > 0 && quotas == quotasOver
 }
