@@ -8,6 +8,7 @@ package app
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -563,4 +564,37 @@ func TestDropInGlobalShadowMode(t *testing.T) {
 		OverallCode: ok,
 		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{limited(over, "", 2, minute, 0, 15*time.Second)},
 	}, d.ask(t, req("shop", []string{"user", "u"})), "over, counted, reported, not enforced")
+}
+
+// What the peer's loader takes, Tollgate loads alike: an empty or null
+// value is no value; an unlimited rate_limit with requests_per_unit, or
+// with a word that is no unit, is unlimited; a rate_limit without
+// requests_per_unit refuses everything.
+func TestDropInLenientFields(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, map[string]string{"l.yaml": `domain: l
+descriptors:
+  - key: empty
+    value: ""
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: nil
+    value: ~
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: free
+    rate_limit: {unlimited: true, requests_per_unit: 5}
+  - key: free2
+    rate_limit: {unlimited: true, unit: fortnight}
+  - key: none
+    rate_limit: {unit: hour}
+`}))
+	for _, key := range []string{"empty", "nil"} {
+		assert.Equal(t, uint32(1), limitOf(d.ask(t, req("l", []string{key, "any"})), 0), "%s: matches any value", key)
+	}
+	for _, key := range []string{"free", "free2"} {
+		st := d.ask(t, req("l", []string{key, "v"})).GetStatuses()[0]
+		assert.Equal(t, []any{ok, uint32(math.MaxUint32)}, []any{st.GetCode(), st.GetLimitRemaining()}, "%s: unlimited", key)
+	}
+	assertAnswer(t, &rlsv3.RateLimitResponse{
+		OverallCode: over,
+		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{limited(over, "", 0, rlsv3.RateLimitResponse_RateLimit_HOUR, 0, 59*time.Minute+15*time.Second)},
+	}, d.ask(t, req("l", []string{"none", "v"})), "no requests_per_unit: 0")
 }

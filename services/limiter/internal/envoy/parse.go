@@ -202,7 +202,6 @@ func (p *parser) list(seq *yaml.Node, path string, names []string, lv level, dep
 func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level, depth int) error {
 	var (
 		key, value string
-		hasValue   bool
 		shadow     bool
 		quota      bool
 		rl         *yaml.Node
@@ -214,10 +213,8 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 	var metadata *structpb.Struct
 	err := yamlwalk.Fields(m, path, map[string]yamlwalk.Handler{
 		"key": func(fp string, v *yaml.Node) error { return p.str(fp, v, &key) },
-		"value": func(fp string, v *yaml.Node) error {
-			hasValue = true
-			return p.str(fp, v, &value)
-		},
+		// An empty value is no value, as in envoyproxy/ratelimit.
+		"value":           func(fp string, v *yaml.Node) error { return p.str(fp, v, &value) },
 		"rate_limit":      func(fp string, v *yaml.Node) error { rl, rlPath = v, fp; return nil },
 		"descriptors":     func(fp string, v *yaml.Node) error { nested, nestedPath = v, fp; return nil },
 		"shadow_mode":     func(fp string, v *yaml.Node) error { return p.boolean(fp, v, &shadow) },
@@ -235,9 +232,6 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 	}
 	if key == "" {
 		return p.fail(path+".key", m, "is required and must not be empty")
-	}
-	if hasValue && value == "" {
-		return p.fail(path+".value", m, "must not be empty (leave it out to match any value)")
 	}
 	n.value = value
 	wildcard := strings.Contains(value, "*")
@@ -299,14 +293,12 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	var (
 		unit      string
 		rpu       int64
-		hasRPU    bool
 		algorithm = string(limiter.FixedWindow)
 		l         = &Limit{}
 	)
 	err := yamlwalk.Fields(m, path, map[string]yamlwalk.Handler{
 		"unit": func(fp string, v *yaml.Node) error { return p.str(fp, v, &unit) },
 		"requests_per_unit": func(fp string, v *yaml.Node) error {
-			hasRPU = true
 			if err := yamlwalk.Decode(fp, v, &rpu, "an integer"); err != nil {
 				return err
 			}
@@ -352,19 +344,20 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 		return nil, p.fail(path, m, "its policy name %q is already used by %s", l.Policy.Name, other)
 	}
 	p.names[l.Policy.Name] = path
+	u, ok := units[strings.ToLower(unit)]
 	if l.Unlimited {
-		if unit != "" || hasRPU {
-			return nil, p.fail(path, m, "an unlimited rate_limit takes no unit nor requests_per_unit")
+		// As envoyproxy/ratelimit: a unit is refused, anything else that
+		// does not count is ignored.
+		if ok {
+			return nil, p.fail(path+".unit", m, "an unlimited rate_limit takes no unit")
 		}
 		return l, nil
 	}
-	u, ok := units[strings.ToLower(unit)]
 	if !ok {
 		return nil, p.fail(path+".unit", m, "%q is not one of second, minute, hour, day, week, month, year", unit)
 	}
-	if !hasRPU {
-		return nil, p.fail(path+".requests_per_unit", m, "is required")
-	}
+	// requests_per_unit left out is 0, which refuses everything, as in
+	// envoyproxy/ratelimit.
 	l.Unit, l.RequestsPerUnit = u.unit, uint32(rpu)
 	l.Policy.Limit, l.Policy.Window = rpu, u.window
 	if l.Policy.Algorithm == limiter.SlidingLogUnsafe {
