@@ -299,14 +299,29 @@ func TestDropInDescriptorWithoutEntries(t *testing.T) {
 		},
 	}, d.ask(t, mixed), "beside a descriptor with entries")
 
-	// The other bad inputs are still refused.
+	// An entry without key matches nothing either: the peer checks
+	// nothing of the request's entries.
 	noKey := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Value: "v"}},
+		Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Value: "v"}, {Key: "user", Value: "u1"}},
 	}}}
-	code, httpStatus := d.refusal(t, noKey)
-	assert.Equal(t, codes.InvalidArgument, code)
-	assert.Equal(t, http.StatusBadRequest, httpStatus)
-	code, httpStatus = d.refusal(t, &rlsv3.RateLimitRequest{Domain: "shop"})
+	assertAnswer(t, &rlsv3.RateLimitResponse{
+		OverallCode: ok,
+		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{{Code: ok}},
+	}, d.ask(t, noKey), "an entry without key")
+
+	// With a limit override, a descriptor without entries is limited, on
+	// one counter of the domain, as the peer's.
+	for i, code := range []rlsv3.RateLimitResponse_Code{ok, over} {
+		r := &rlsv3.RateLimitRequest{Domain: "shop", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Limit: &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1, Unit: typev3.RateLimitUnit_MINUTE},
+		}}}
+		assertAnswer(t, &rlsv3.RateLimitResponse{
+			OverallCode: code,
+			Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{limited(code, "", 1, rlsv3.RateLimitResponse_RateLimit_MINUTE, 0, 15*time.Second)},
+		}, d.ask(t, r), fmt.Sprint("override without entries ", i+1))
+	}
+
+	code, httpStatus := d.refusal(t, &rlsv3.RateLimitRequest{Domain: "shop"})
 	assert.Equal(t, codes.InvalidArgument, code, "no descriptors at all")
 	assert.Equal(t, http.StatusBadRequest, httpStatus)
 }

@@ -53,6 +53,10 @@ func (r *Rules) Match(domain string, entries []*ratelimitv3.RateLimitDescriptor_
 	return n.limit, limiter.BoundKey(limiter.Key{Subject: subject.String()}, limiter.MaxKeyLen)
 }
 
+// noEntries is the subject of a descriptor without entries: a key needs
+// one, and every subject made of entries holds a '='.
+const noEntries = "(no entries)"
+
 // writePair writes the i-th entry of a key: key=value, escaped, after a '&'
 // unless it is the first.
 func writePair(b *strings.Builder, i int, key, value string) {
@@ -67,8 +71,9 @@ func writePair(b *strings.Builder, i int, key, value string) {
 // Override returns the limit that a descriptor's request-side override
 // (its limit field) asks for, applied as envoyproxy/ratelimit applies it:
 // in place of whatever rule the entries match, for any descriptor of a
-// loaded domain, matched or not. It returns nil for an unknown domain and
-// for a descriptor without entries.
+// loaded domain, matched or not, and a descriptor without entries (one
+// counter per domain and unit, as the peer's key of no entries). It
+// returns nil for an unknown domain.
 //
 // The counter is fixed_window and named by the domain, the entries and the
 // unit (see overridePolicy), never by the limit: overrides asking for other
@@ -89,12 +94,15 @@ func (r *Rules) Override(domain string, d *ratelimitv3.RateLimitDescriptor) (*Li
 		return nil, limiter.Key{}, fmt.Errorf("envoy: the limit override's unit %v is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", o.GetUnit())
 	case int64(o.GetRequestsPerUnit()) > limiter.MaxLimit:
 		return nil, limiter.Key{}, fmt.Errorf("envoy: the limit override's requests_per_unit %d is above %d", o.GetRequestsPerUnit(), int64(limiter.MaxLimit))
-	case r.domains[domain] == nil || len(d.GetEntries()) == 0:
+	case r.domains[domain] == nil:
 		return nil, limiter.Key{}, nil
 	}
 	var subject strings.Builder
 	for i, e := range d.GetEntries() {
 		writePair(&subject, i, e.GetKey(), e.GetValue())
+	}
+	if subject.Len() == 0 {
+		subject.WriteString(noEntries)
 	}
 	key := limiter.BoundKey(limiter.Key{Subject: subject.String()}, limiter.MaxKeyLen)
 	p := overridePolicy(domain, unit, int64(o.GetRequestsPerUnit()))

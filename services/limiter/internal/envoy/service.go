@@ -65,8 +65,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 //     and dynamic_metadata only with Options.DynamicMetadata.
 //
 // Errors are gRPC statuses: InvalidArgument for an empty domain, no
-// descriptors, an entry without key, a bad limit override, negative hits
-// (not supported) or a request over the bounds; Unavailable when the store
+// descriptors, a bad limit override, negative hits (not supported) or a
+// request over the bounds; Unavailable when the store
 // cannot decide, ResourceExhausted when this instance shed the request (its
 // decision could not be sent within the budget); Envoy then applies its
 // failure_mode_deny.
@@ -197,16 +197,10 @@ func validate(req *rlsv3.RateLimitRequest) error {
 	case len(req.GetDescriptors()) > MaxDescriptors:
 		return invalid(fmt.Sprintf("%d descriptors in one request; at most %d", len(req.GetDescriptors()), MaxDescriptors))
 	}
-	for i, d := range req.GetDescriptors() {
-		// The generated rules, but the one that wants an entry: the peer
-		// answers a descriptor without entries (OK, no limit).
-		err := d.Validate()
-		if len(d.GetEntries()) == 0 {
-			err = d.GetLimit().Validate()
-		}
-		if err != nil {
-			return invalid(fmt.Sprintf("descriptor %d: %v", i, err))
-		}
+	// None of the message's generated rules: the peer answers a
+	// descriptor without entries, and an entry without key, as matching
+	// nothing; Override checks a limit override.
+	for _, d := range req.GetDescriptors() {
 		switch {
 		case d.GetIsNegativeHits():
 			return invalid("negative hits are not supported")

@@ -269,7 +269,6 @@ func TestUnknownDomainAndUnmatchedDescriptorsAreOK(t *testing.T) {
 
 func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 	s := serve(t, fixtures(t), stores["memory"](t))
-	noKey := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Value: "v"}}}
 	noUnit := entries("customer", "vip")
 	noUnit.Limit = &ratelimitv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 1}
 	tooHigh := entries("customer", "vip")
@@ -292,7 +291,6 @@ func TestBadRequestsAreRefusedNotPanicked(t *testing.T) {
 	}{
 		{"empty descriptor list", &rlsv3.RateLimitRequest{Domain: "edge"}, codes.InvalidArgument, "descriptor list must not be empty"},
 		{"empty domain", &rlsv3.RateLimitRequest{Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("a", "b")}}, codes.InvalidArgument, "domain must not be empty"},
-		{"entry without key", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{noKey}}, codes.InvalidArgument, "Key"},
 		{"limit override without unit", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{noUnit}}, codes.InvalidArgument, "unit UNKNOWN is not one of SECOND"},
 		{"limit override above the bound", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{tooHigh}}, codes.InvalidArgument, "requests_per_unit 4294967295 is above 2147483648"},
 		{"negative hits", &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{negative}}, codes.InvalidArgument, "negative hits"},
