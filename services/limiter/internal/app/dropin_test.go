@@ -613,3 +613,37 @@ descriptors:
 		Statuses:    []*rlsv3.RateLimitResponse_DescriptorStatus{limited(over, "", 0, rlsv3.RateLimitResponse_RateLimit_HOUR, 0, 59*time.Minute+15*time.Second)},
 	}, d.ask(t, req("l", []string{"none", "v"})), "no requests_per_unit: 0")
 }
+
+// LIMIT_RESPONSE_HEADERS_ENABLED: the peer's own header fields, under the
+// names its LIMIT_*_HEADER settings give, of the descriptor closest to its
+// limit, or of the last one over it.
+func TestDropInLimitHeaders(t *testing.T) {
+	dir := envoyFolder(t, map[string]string{"two.yaml": `domain: two
+descriptors:
+  - key: wide
+    rate_limit: {unit: minute, requests_per_unit: 4}
+  - key: narrow
+    rate_limit: {unit: hour, requests_per_unit: 2}
+`})
+	d := newDropIn(t, "--envoy-config", dir, "--envoy-limit-headers", "--envoy-limit-remaining-header=X-Left")
+	fields := func(resp *rlsv3.RateLimitResponse) []string {
+		var out []string
+		for _, hv := range resp.GetResponseHeadersToAdd() {
+			out = append(out, hv.GetKey()+": "+hv.GetValue())
+		}
+		return out
+	}
+	both := req("two", []string{"narrow", "k"}, []string{"wide", "k"})
+	assert.Equal(t, []string{"RateLimit-Limit: 2", "X-Left: 1", "RateLimit-Reset: 3555"}, fields(d.ask(t, both)), "the least remaining")
+	assert.Equal(t, "1", d.header.Get("X-Left"), "/json sets them on its answer too")
+	assert.Equal(t, []string{"RateLimit-Limit: 2", "X-Left: 0", "RateLimit-Reset: 3555"}, fields(d.ask(t, both)), "the first of equals")
+	assert.Equal(t, []string{"RateLimit-Limit: 2", "X-Left: 0", "RateLimit-Reset: 3555"}, fields(d.ask(t, both)), "over")
+	assert.Equal(t, []string{"RateLimit-Limit: 2", "X-Left: 0", "RateLimit-Reset: 3555"}, fields(d.ask(t, both)), "wide at 0 remaining")
+	assert.Equal(t, []string{"RateLimit-Limit: 4", "X-Left: 0", "RateLimit-Reset: 15"}, fields(d.ask(t, both)), "the last one over")
+	assert.Empty(t, fields(d.ask(t, req("two", []string{"other", "k"}))), "no limit, no fields")
+	assert.Empty(t, d.header.Get("RateLimit-Limit"))
+
+	d.clock.Advance(500 * time.Millisecond)
+	assert.Equal(t, []string{"RateLimit-Limit: 4", "X-Left: 3", "RateLimit-Reset: 15"},
+		fields(d.ask(t, req("two", []string{"wide", "j"}))), "whole seconds, rounded up")
+}

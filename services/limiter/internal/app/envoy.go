@@ -38,7 +38,11 @@ func envoyOptions(cfg config.Config) envoy.Options {
 		DynamicMetadata:            cfg.EnvoyResponseDynamicMetadata,
 		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrementWhenOverLimit,
 		QuotaMode:                  cfg.EnvoyQuotaMode,
-		ShadowMode:                 cfg.EnvoyShadowMode,
+		LimitHeaders:               cfg.EnvoyLimitHeaders,
+		LimitHeaderNames: envoy.LimitHeaderNames{
+			Limit: cfg.EnvoyLimitLimitHeader, Remaining: cfg.EnvoyLimitRemainingHeader, Reset: cfg.EnvoyLimitResetHeader,
+		},
+		ShadowMode: cfg.EnvoyShadowMode,
 	}
 }
 

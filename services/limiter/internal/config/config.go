@@ -77,6 +77,12 @@ type Config struct {
 	// descriptors but those over their limit when any is (envoyproxy/
 	// ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT).
 	EnvoyStopIncrementWhenOverLimit bool
+	// EnvoyLimitHeaders adds envoyproxy/ratelimit's own header fields to
+	// the Envoy answers (its LIMIT_RESPONSE_HEADERS_ENABLED), named by the
+	// three names that follow (its LIMIT_LIMIT_HEADER,
+	// LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+	EnvoyLimitHeaders                                                       bool
+	EnvoyLimitLimitHeader, EnvoyLimitRemainingHeader, EnvoyLimitResetHeader string
 	// EnvoyQuotaMode puts every Envoy descriptor in quota mode
 	// (envoyproxy/ratelimit's QUOTA_MODE).
 	EnvoyQuotaMode bool

@@ -115,7 +115,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
 		"envoy-response-headers": "true", "envoy-stop-cache-key-increment-when-overlimit": "true",
-		"envoy-quota-mode": "true", "envoy-shadow-mode": "true",
+		"envoy-quota-mode": "true", "envoy-shadow-mode": "true", "envoy-limit-headers": "true",
+		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
 	}
@@ -156,6 +157,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.EnvoyStopIncrementWhenOverLimit)
 		assert.True(t, c.EnvoyQuotaMode)
 		assert.True(t, c.EnvoyShadowMode)
+		assert.True(t, c.EnvoyLimitHeaders)
+		assert.Equal(t, []string{"X-L", "X-R", "X-T"}, []string{c.EnvoyLimitLimitHeader, c.EnvoyLimitRemainingHeader, c.EnvoyLimitResetHeader})
 		assert.Equal(t, 2*time.Hour, c.AuditRetention)
 		assert.Equal(t, 1024, c.SQLiteDiskReserve)
 		assert.Equal(t, 100, c.MaxKeyBytes)
@@ -323,6 +326,8 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 			want: `config: LIMITER_LOG_FORMAT: "xml" is not one of text, json`},
 		{name: "grpc addr without port", args: []string{"--grpc-addr=127.0.0.1"},
 			want: `config: --grpc-addr: "127.0.0.1" is not host:port`},
+		{name: "envoy header name not a token", args: []string{"--envoy-limit-reset-header=Reset In"},
+			want: `config: --envoy-limit-reset-header: "Reset In" is not an HTTP header field name`},
 		{name: "envoy config not a folder", env: map[string]string{"LIMITER_ENVOY_CONFIG": "/nonexistent/ratelimit"},
 			want: `config: LIMITER_ENVOY_CONFIG: "/nonexistent/ratelimit" is not a folder`},
 		{name: "unknown flag", args: []string{"--admin-key=x"},

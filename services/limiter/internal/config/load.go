@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
@@ -102,6 +104,10 @@ var settings = []setting{
 	{"envoy-response-dynamic-metadata", "false", "Envoy answers carry dynamic_metadata (the domain, the descriptors and the metadata of the matched descriptors that passed), as envoyproxy/ratelimit's RESPONSE_DYNAMIC_METADATA", boolSetter(func(c *Config) *bool { return &c.EnvoyResponseDynamicMetadata })},
 	{"envoy-response-headers", "false", "Envoy answers (gRPC and POST /json) carry the IETF draft-10 RateLimit-Policy and RateLimit fields, and Retry-After when over the limit, in response_headers_to_add; off: no header fields, as envoyproxy/ratelimit's default", boolSetter(func(c *Config) *bool { return &c.EnvoyResponseHeaders })},
 	{"envoy-stop-cache-key-increment-when-overlimit", "false", "when a descriptor of an Envoy request would go over its limit, count only the descriptors that do and check the others without counting, as envoyproxy/ratelimit's STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", boolSetter(func(c *Config) *bool { return &c.EnvoyStopIncrementWhenOverLimit })},
+	{"envoy-limit-headers", "false", "Envoy answers (gRPC and POST /json) carry envoyproxy/ratelimit's own header fields in response_headers_to_add, as its LIMIT_RESPONSE_HEADERS_ENABLED: the limit, the remaining and the seconds to reset of the descriptor closest to its limit (or over it), named by --envoy-limit-limit-header, --envoy-limit-remaining-header and --envoy-limit-reset-header", boolSetter(func(c *Config) *bool { return &c.EnvoyLimitHeaders })},
+	{"envoy-limit-limit-header", "RateLimit-Limit", "with --envoy-limit-headers: the name of the limit's field (envoyproxy/ratelimit's LIMIT_LIMIT_HEADER)", headerName(func(c *Config) *string { return &c.EnvoyLimitLimitHeader })},
+	{"envoy-limit-remaining-header", "RateLimit-Remaining", "with --envoy-limit-headers: the name of the remaining's field (envoyproxy/ratelimit's LIMIT_REMAINING_HEADER)", headerName(func(c *Config) *string { return &c.EnvoyLimitRemainingHeader })},
+	{"envoy-limit-reset-header", "RateLimit-Reset", "with --envoy-limit-headers: the name of the seconds-to-reset field (envoyproxy/ratelimit's LIMIT_RESET_HEADER)", headerName(func(c *Config) *string { return &c.EnvoyLimitResetHeader })},
 	{"envoy-quota-mode", "false", "every Envoy descriptor is in quota mode, as envoyproxy/ratelimit's QUOTA_MODE: an over descriptor reports OVER_LIMIT, and the answer is OVER_LIMIT only when every quota descriptor is over (or a descriptor not in quota mode is); quota_mode: true on a descriptor does the same for that one", boolSetter(func(c *Config) *bool { return &c.EnvoyQuotaMode })},
 	{"envoy-shadow-mode", "false", "every Envoy answer is OK overall, the descriptors' statuses as they are (over ones still counted and reported), as envoyproxy/ratelimit's SHADOW_MODE", boolSetter(func(c *Config) *bool { return &c.EnvoyShadowMode })},
 	{"trusted-proxies", "", "comma-separated CIDRs or addresses whose X-Forwarded-For is believed; empty: none, the peer address is the client", func(c *Config, v string) error {
@@ -186,6 +192,17 @@ var settings = []setting{
 	}},
 	{"offenders-window", "1m", "GET /admin/offenders lists the keys refused most in the current and the previous interval of this length", durationSetter(func(c *Config) *time.Duration { return &c.OffendersWindow })},
 	{"offenders-raw-keys", "false", "GET /admin/offenders shows client keys as sent instead of their log hash. Keys can be API keys or user ids: enable only where the admin key is guarded as well as they are", boolSetter(func(c *Config) *bool { return &c.OffendersRawKeys })},
+}
+
+// headerName sets a string that must be an HTTP header field name.
+func headerName(field func(c *Config) *string) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
+		if !httpguts.ValidHeaderFieldName(v) {
+			return fmt.Errorf("%q is not an HTTP header field name", v)
+		}
+		*field(c) = v
+		return nil
+	}
 }
 
 // splitList splits a comma-separated list, dropping empty items.

@@ -187,12 +187,24 @@ type Options struct {
 	// but the ones over their limit when any is
 	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see Decide).
 	StopIncrementWhenOverLimit bool
+	// LimitHeaders adds envoyproxy/ratelimit's own header fields
+	// (LIMIT_RESPONSE_HEADERS_ENABLED) to the answers'
+	// response_headers_to_add, named by LimitHeaderNames (see
+	// limitHeaders).
+	LimitHeaders     bool
+	LimitHeaderNames LimitHeaderNames
 	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE), as
 	// quota_mode: true on each would.
 	QuotaMode bool
 	// ShadowMode answers OK overall whatever the descriptors answer
 	// (SHADOW_MODE); each descriptor's status stays as it is.
 	ShadowMode bool
+}
+
+// LimitHeaderNames name envoyproxy/ratelimit's header fields
+// (LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER).
+type LimitHeaderNames struct {
+	Limit, Remaining, Reset string
 }
 
 // Rules are the loaded domains. They are immutable once loaded and safe for

@@ -243,19 +243,50 @@ func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.Ra
 	if overall(limits, resp.Statuses, o.QuotaMode) && !o.ShadowMode {
 		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 	}
+	if o.LimitHeaders {
+		resp.ResponseHeadersToAdd = limitHeaders(o.LimitHeaderNames, limits, resp.Statuses, o.QuotaMode)
+	}
 	h := v.Header
 	if !o.ResponseHeaders || h.Policy == "" {
 		return resp
 	}
-	resp.ResponseHeadersToAdd = []*corev3.HeaderValue{
-		{Key: "RateLimit-Policy", Value: h.Policy},
-		{Key: "RateLimit", Value: h.RateLimit},
-	}
+	resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
+		&corev3.HeaderValue{Key: "RateLimit-Policy", Value: h.Policy},
+		&corev3.HeaderValue{Key: "RateLimit", Value: h.RateLimit},
+	)
 	if h.RetryAfter >= 0 && resp.OverallCode == rlsv3.RateLimitResponse_OVER_LIMIT {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
 			&corev3.HeaderValue{Key: "Retry-After", Value: strconv.FormatInt(h.RetryAfter, 10)})
 	}
 	return resp
+}
+
+// limitHeaders are envoyproxy/ratelimit's header fields, chosen as it
+// chooses them: of the descriptors with a current_limit, the first with the
+// least limit_remaining, unless a descriptor not in quota mode is over (the
+// last such one then); its requests_per_unit, limit_remaining and the whole
+// seconds until its window resets. None when no descriptor has a limit.
+func limitHeaders(names LimitHeaderNames, limits []*Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) []*corev3.HeaderValue {
+	var shown *rlsv3.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for i, st := range statuses {
+		if st.GetCurrentLimit() != nil && st.GetLimitRemaining() < least {
+			shown, least = st, st.GetLimitRemaining()
+		}
+		quota := allQuota || (limits[i] != nil && limits[i].Quota)
+		if st.GetCode() == rlsv3.RateLimitResponse_OVER_LIMIT && !quota {
+			shown, least = st, 0
+		}
+	}
+	if shown == nil {
+		return nil
+	}
+	reset := limiter.RetryAfterSeconds(shown.GetDurationUntilReset().AsDuration())
+	return []*corev3.HeaderValue{
+		{Key: names.Limit, Value: strconv.FormatUint(uint64(shown.GetCurrentLimit().GetRequestsPerUnit()), 10)},
+		{Key: names.Remaining, Value: strconv.FormatUint(uint64(shown.GetLimitRemaining()), 10)},
+		{Key: names.Reset, Value: strconv.FormatInt(reset, 10)},
+	}
 }
 
 // overall reports whether the request is over, as envoyproxy/ratelimit
