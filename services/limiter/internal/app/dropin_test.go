@@ -647,3 +647,33 @@ descriptors:
 	assert.Equal(t, []string{"RateLimit-Limit: 4", "X-Left: 3", "RateLimit-Reset: 15"},
 		fields(d.ask(t, req("two", []string{"wide", "j"}))), "whole seconds, rounded up")
 }
+
+// The README's deliberate differences that an answer shows, as documented.
+func TestDropInDeliberateDifferences(t *testing.T) {
+	dir := envoyFolder(t, map[string]string{"d.yaml": `domain: d
+descriptors:
+  - key: a
+    value: b_c
+    rate_limit: {unit: minute, requests_per_unit: 1}
+  - key: block
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`})
+	d := newDropIn(t, "--envoy-config", dir)
+	assert.Nil(t, d.ask(t, req("d", []string{"a_b", "c"})).GetStatuses()[0].GetCurrentLimit(),
+		"matching is by key, then value: {a_b, c} is not a=b_c")
+	assert.Equal(t, uint32(1), limitOf(d.ask(t, req("d", []string{"a", "b_c"})), 0))
+
+	check := req("d", []string{"block", "x"})
+	check.Descriptors[0].HitsAddend = wrapperspb.UInt64(0)
+	assert.Equal(t, over, d.ask(t, check).GetOverallCode(), "a check on a limit of 0 is over, nothing counted or not")
+
+	negative := req("d", []string{"a", "b_c"})
+	negative.Descriptors[0].IsNegativeHits = true
+	code, httpStatus := d.refusal(t, negative)
+	assert.Equal(t, []any{codes.InvalidArgument, http.StatusBadRequest}, []any{code, httpStatus}, "negative hits")
+
+	misplaced := envoyFolder(t, map[string]string{"m.yaml": "domain: m\ndescriptors:\n  - key: a\n    unit: second\n"})
+	_, err := New(context.Background(), load(t, "--store=memory", "--envoy-config", misplaced))
+	require.ErrorIs(t, err, config.ErrInvalid, "a key in the wrong place")
+	assert.Contains(t, err.Error(), "descriptors[0].unit: unknown key")
+}
