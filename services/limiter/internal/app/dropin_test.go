@@ -269,6 +269,11 @@ func limited(code rlsv3.RateLimitResponse_Code, name string, perUnit uint32, uni
 	}
 }
 
+// one is the answer of one descriptor with status st.
+func one(st *rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitResponse {
+	return &rlsv3.RateLimitResponse{OverallCode: st.GetCode(), Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}
+}
+
 // assertAnswer requires got to be exactly want, as the peer's tests compare
 // whole answers.
 func assertAnswer(t *testing.T, want, got *rlsv3.RateLimitResponse, msg string) {
@@ -338,10 +343,6 @@ func override(domain string, perUnit uint32, unit typev3.RateLimitUnit, kv ...st
 func TestDropInLimitOverride(t *testing.T) {
 	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
 	const minute, hour = rlsv3.RateLimitResponse_RateLimit_MINUTE, rlsv3.RateLimitResponse_RateLimit_HOUR
-	one := func(st *rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitResponse {
-		code := st.GetCode()
-		return &rlsv3.RateLimitResponse{OverallCode: code, Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}
-	}
 
 	// In place of the configured 2 a minute, reported as current_limit.
 	for i := range uint32(5) {
@@ -450,15 +451,18 @@ func TestDropInHitsAddend(t *testing.T) {
 	assert.Equal(t, []any{ok, uint32(0)}, []any{code, left}, "a request-level 2 counts 2")
 }
 
-// Point 10: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
-func TestDropInStopCacheKeyIncrementWhenOverLimit(t *testing.T) {
-	dir := envoyFolder(t, map[string]string{"two.yaml": `domain: two
+// twoRules has two limits: 4 a minute, 2 an hour.
+var twoRules = map[string]string{"two.yaml": `domain: two
 descriptors:
   - key: wide
     rate_limit: {unit: minute, requests_per_unit: 4}
   - key: narrow
     rate_limit: {unit: hour, requests_per_unit: 2}
-`})
+`}
+
+// Point 10: STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT.
+func TestDropInStopCacheKeyIncrementWhenOverLimit(t *testing.T) {
+	dir := envoyFolder(t, twoRules)
 	both := req("two", []string{"wide", "k"}, []string{"narrow", "k"})
 	remainders := func(d *dropIn) []any {
 		resp := d.ask(t, both)
@@ -490,9 +494,6 @@ descriptors:
 func TestDropInHitsAddendAboveTheLimit(t *testing.T) {
 	d := newDropIn(t, "--envoy-config", envoyFolder(t, shopRules))
 	const minute = rlsv3.RateLimitResponse_RateLimit_MINUTE
-	one := func(st *rlsv3.RateLimitResponse_DescriptorStatus) *rlsv3.RateLimitResponse {
-		return &rlsv3.RateLimitResponse{OverallCode: st.GetCode(), Statuses: []*rlsv3.RateLimitResponse_DescriptorStatus{st}}
-	}
 	big := req("shop", []string{"user", "carol"})
 	big.HitsAddend = 5
 	assertAnswer(t, one(limited(over, "", 2, minute, 0, 15*time.Second)), d.ask(t, big), "5 hits on a limit of 2")
@@ -618,13 +619,7 @@ descriptors:
 // names its LIMIT_*_HEADER settings give, of the descriptor closest to its
 // limit, or of the last one over it.
 func TestDropInLimitHeaders(t *testing.T) {
-	dir := envoyFolder(t, map[string]string{"two.yaml": `domain: two
-descriptors:
-  - key: wide
-    rate_limit: {unit: minute, requests_per_unit: 4}
-  - key: narrow
-    rate_limit: {unit: hour, requests_per_unit: 2}
-`})
+	dir := envoyFolder(t, twoRules)
 	d := newDropIn(t, "--envoy-config", dir, "--envoy-limit-headers", "--envoy-limit-remaining-header=X-Left")
 	fields := func(resp *rlsv3.RateLimitResponse) []string {
 		var out []string
