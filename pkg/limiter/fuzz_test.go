@@ -75,7 +75,7 @@ func FuzzDecide(f *testing.F) {
 				}
 				return d
 			}
-		default:
+		case limiter.SlidingLog, limiter.SlidingLogUnsafe:
 			// Events, oldest first, from two windows back to one ahead.
 			var events []limiter.Event
 			e := now - 2*w
@@ -88,6 +88,8 @@ func FuzzDecide(f *testing.F) {
 			decide = func(cost, ts int64) limiter.Decision {
 				return limiter.SlidingLogDecide(p, events, cost, time.Unix(0, ts))
 			}
+		default:
+			t.Fatalf("no arithmetic for %q: %v", p.Algorithm, limiter.ErrUnknownAlgorithm)
 		}
 
 		d := decide(cost, now)

@@ -64,7 +64,7 @@ func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, err
 		dec, tat := limiter.TokenBucketDecide(p, s.tat, cost, now)
 		s.tat = tat
 		return dec.Allowed, nil
-	default: // limiter.SlidingLog
+	case limiter.SlidingLog:
 		s.log.expire(at - int64(p.Window))
 		dec := limiter.SlidingLogDecide(p, s.log.live(), cost, now)
 		if dec.Allowed {
@@ -72,6 +72,7 @@ func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, err
 		}
 		return dec.Allowed, nil
 	}
+	return false, fmt.Errorf("lab: %q: %w", p.Algorithm, limiter.ErrUnknownAlgorithm)
 }
 
 // memoryEngine decides through the memory store's limiter.Store interface,

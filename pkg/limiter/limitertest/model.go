@@ -3,6 +3,7 @@ package limitertest
 import (
 	"math/big"
 	"slices"
+	"testing"
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
@@ -38,8 +39,9 @@ type model interface {
 	decide(k limiter.Key, cost, now int64) verdict
 }
 
-// newModel returns the reference model of p's algorithm.
-func newModel(p limiter.Policy) model {
+// newModel returns the reference model of p's algorithm; an algorithm
+// without one fails the test rather than borrow another's.
+func newModel(t testing.TB, p limiter.Policy) model {
 	switch p.Algorithm {
 	case limiter.FixedWindow:
 		return &fixedModel{log: log{p: p}}
@@ -47,9 +49,11 @@ func newModel(p limiter.Policy) model {
 		return &weightedModel{log: log{p: p}}
 	case limiter.TokenBucket:
 		return &bucketModel{log: log{p: p}}
-	default: // SlidingLog and, run one attempt at a time, SlidingLogUnsafe
+	case limiter.SlidingLog, limiter.SlidingLogUnsafe: // the unsafe one run one attempt at a time
 		return &slidingModel{log: log{p: p}}
 	}
+	t.Fatalf("limitertest: no reference model for %q: %v", p.Algorithm, limiter.ErrUnknownAlgorithm)
+	return nil
 }
 
 // log is every attempt a model has decided, in the order it decided them.

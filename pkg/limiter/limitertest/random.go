@@ -65,7 +65,7 @@ func (r *runner) schedule(i int, alg limiter.Algorithm) {
 	p := policy(fmt.Sprintf("model-%d", i), alg,
 		randomLimits[rng.IntN(len(randomLimits))], randomWindows[rng.IntN(len(randomWindows))])
 	w := int64(p.Window)
-	m := newModel(p)
+	m := newModel(t, p)
 	keys := []limiter.Key{{Subject: "u1", Scope: "a"}, {Subject: "u1", Scope: "b"}, {Subject: "u2", Scope: "a"}}[:1+rng.IntN(3)]
 	r.now += 3 * w // a clean start: nothing of the last schedule is in reach
 	start, latest := r.now, r.now

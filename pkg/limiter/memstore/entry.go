@@ -136,8 +136,9 @@ func (e *entry) trim(cutoff int64) int64 {
 }
 
 // prune drops what cannot affect a decision at now or later and returns how
-// many records it dropped.
-func (e *entry) prune(now int64) int64 {
+// many records it dropped. An algorithm without a case here is an error and
+// leaves e as it is: another algorithm's rule could drop live state.
+func (e *entry) prune(now int64) (int64, error) {
 	switch e.alg {
 	case limiter.FixedWindow, limiter.SlidingWindow:
 		var n int64
@@ -147,16 +148,17 @@ func (e *entry) prune(now int64) int64 {
 				n++
 			}
 		}
-		return n
+		return n, nil
 	case limiter.TokenBucket:
 		if e.tat != 0 && e.tat <= now { // full again: the same as no bucket
 			e.tat = 0
-			return 1
+			return 1, nil
 		}
-		return 0
-	default:
-		return e.trim(now - e.window)
+		return 0, nil
+	case limiter.SlidingLog, limiter.SlidingLogUnsafe:
+		return e.trim(now - e.window), nil
 	}
+	return 0, fmt.Errorf("memstore: prune: %q: %w", e.alg, limiter.ErrUnknownAlgorithm)
 }
 
 // life is how long after its start a fixed window's count matters: until its

@@ -31,6 +31,7 @@ package memstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/maphash"
 	"iter"
@@ -419,12 +420,18 @@ func (s *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Pol
 		names[p.Name] = struct{}{}
 	}
 	n := now.UnixNano()
-	return s.sweep(ctx, "prune", func(e *entry) int64 {
+	var unknown error // sweep calls f in this goroutine
+	total, err := s.sweep(ctx, "prune", func(e *entry) int64 {
 		if _, ok := names[e.key.policy]; !ok {
 			return 0
 		}
-		return e.prune(n)
+		dropped, err := e.prune(n)
+		if err != nil && unknown == nil {
+			unknown = err
+		}
+		return dropped
 	})
+	return total, errors.Join(err, unknown)
 }
 
 // sweep calls f on every entry, shard by shard under each shard's lock,

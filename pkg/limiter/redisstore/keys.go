@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"fmt"
 	"strings"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
@@ -29,18 +30,20 @@ const (
 // algorithm its policy had when the state was written.
 var suffixes = [...]string{suffixFixed, suffixSliding, suffixLog, suffixBucket}
 
-// suffixFor returns the suffix of a's state.
-func suffixFor(a limiter.Algorithm) string {
+// suffixFor returns the suffix of a's state; an algorithm without a case
+// here is an error, never another algorithm's key.
+func suffixFor(a limiter.Algorithm) (string, error) {
 	switch a {
 	case limiter.FixedWindow:
-		return suffixFixed
+		return suffixFixed, nil
 	case limiter.SlidingWindow:
-		return suffixSliding
+		return suffixSliding, nil
 	case limiter.TokenBucket:
-		return suffixBucket
-	default: // SlidingLog and SlidingLogUnsafe share the event log.
-		return suffixLog
+		return suffixBucket, nil
+	case limiter.SlidingLog, limiter.SlidingLogUnsafe: // they share the event log
+		return suffixLog, nil
 	}
+	return "", fmt.Errorf("%q: %w", a, limiter.ErrUnknownAlgorithm)
 }
 
 // subjectPrefix returns the part of the key names of (policy, subject) that

@@ -123,3 +123,28 @@ func TestValidPrefix(t *testing.T) {
 		assert.False(t, validPrefix(p), p)
 	}
 }
+
+// suffixOf is suffixFor for an algorithm the test knows.
+func suffixOf(t testing.TB, a limiter.Algorithm) string {
+	t.Helper()
+	s, err := suffixFor(a)
+	require.NoError(t, err)
+	return s
+}
+
+// Every algorithm has its key suffix, the two logs share one, and an
+// unknown algorithm is an error rather than another algorithm's key.
+func TestSuffixForEveryAlgorithm(t *testing.T) {
+	seen := map[string]limiter.Algorithm{}
+	for _, a := range limiter.Algorithms {
+		s := suffixOf(t, a)
+		if other, dup := seen[s]; dup {
+			assert.ElementsMatch(t, []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingLogUnsafe}, []limiter.Algorithm{other, a},
+				"only the two logs share a suffix")
+		}
+		seen[s] = a
+	}
+	assert.Len(t, seen, len(suffixes), "every suffix is some algorithm's")
+	_, err := suffixFor("leaky_bucket")
+	assert.ErrorIs(t, err, limiter.ErrUnknownAlgorithm)
+}

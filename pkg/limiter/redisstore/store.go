@@ -253,7 +253,11 @@ func (s *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now t
 // decision with the root package's arithmetic from the state and time the
 // script used.
 func (s *Store) decide(ctx context.Context, op string, p limiter.Policy, k limiter.Key, cost int64, now time.Time) (limiter.Decision, error) {
-	key := keyName(s.prefix, p.Name, k, suffixFor(p.Algorithm))
+	suffix, err := suffixFor(p.Algorithm)
+	if err != nil {
+		return limiter.Decision{}, fmt.Errorf("redisstore: %s: %w", op, err)
+	}
+	key := keyName(s.prefix, p.Name, k, suffix)
 	args := make([]any, 5, 9)
 	args[0], args[1] = "", "" // server time
 	if s.clientTime {

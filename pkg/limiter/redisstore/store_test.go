@@ -150,7 +150,7 @@ func TestStateStaysBounded(t *testing.T) {
 	k := limiter.Key{Subject: "long-lived"}
 	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingWindow} {
 		p := policy("bounded", alg, 5, 10*time.Second)
-		key := keyName(s.prefix, p.Name, k, suffixFor(alg))
+		key := keyName(s.prefix, p.Name, k, suffixOf(t, alg))
 		for i := range 20 {
 			allow(t, s, p, k, 1, base.Add(time.Duration(i)*p.Window))
 			n, err := rdb.HLen(t.Context(), key).Result()

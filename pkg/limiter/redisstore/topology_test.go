@@ -38,7 +38,7 @@ func spreadKeys(t *testing.T, prefix string, p limiter.Policy, primaries int, n 
 	out := map[string][]limiter.Key{}
 	for i := 0; i < 1000; i++ {
 		k := limiter.Key{Subject: fmt.Sprintf("user-%d", i)}
-		addr := owner(keyName(prefix, p.Name, k, suffixFor(p.Algorithm)))
+		addr := owner(keyName(prefix, p.Name, k, suffixOf(t, p.Algorithm)))
 		if len(out[addr]) < n {
 			out[addr] = append(out[addr], k)
 		}
