@@ -25,7 +25,8 @@ func windowStartNanos(now, window int64) int64 {
 	return now - off
 }
 
-// WindowStartText formats a window start as the seeds store it:
+// WindowStartText formats a window start as seed 000 stores window_start
+// (docs/seeds.md):
 // ISO 8601, UTC, whole seconds ("2026-01-01T00:00:00Z").
 func WindowStartText(t time.Time) string {
 	return t.UTC().Format("2006-01-02T15:04:05Z")

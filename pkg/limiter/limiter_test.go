@@ -142,7 +142,7 @@ func TestWindowStart(t *testing.T) {
 		window time.Duration
 		want   time.Time
 	}{
-		// The seed's example: 00:00:45 with a 60s window.
+		// Seed 000's example (docs/seeds.md): 00:00:45 with a 60s window.
 		{t0.Add(45 * time.Second), time.Minute, t0},
 		{t0, time.Minute, t0},
 		{t0.Add(time.Minute - 1), time.Minute, t0},

@@ -10,7 +10,7 @@ const (
 	// MaxLimit is the largest limit a policy may have (2^31).
 	MaxLimit = 1 << 31
 	// MinWindow is the shortest window; windows are whole seconds so that
-	// window starts print as the seeds' ISO 8601 text.
+	// window starts print as seed 000's ISO 8601 window_start (docs/seeds.md).
 	MinWindow = time.Second
 	// MaxWindow is the longest window (a year): long enough for quotas,
 	// short enough that window arithmetic in nanoseconds never overflows.
@@ -79,8 +79,8 @@ func (p Policy) Validate() error {
 }
 
 // Key names one counter under a policy. Subject is who is limited (a client
-// key, an address, a user id); Scope optionally narrows it (the sliding seed's
-// endpoint). Two keys are the same counter when both fields are equal.
+// key, an address, a user id); Scope optionally narrows it (the endpoint of
+// seed 001, docs/seeds.md). Two keys are the same counter when both fields are equal.
 type Key struct {
 	Subject string
 	Scope   string

@@ -1,5 +1,5 @@
-// Command limiter serves the Tollgate rate limiter over HTTP: the seeds'
-// /ping and /rate/* routes, the generic /v1/check, health and metrics.
+// Command limiter serves the Tollgate rate limiter over HTTP: the seed
+// routes /ping, /status and /rate/* (docs/seeds.md), the generic /v1/check, health and metrics.
 // Run it with --help for its flags. It exits 0 after a clean shutdown
 // (SIGINT or SIGTERM), 2 on a bad configuration (one line on stderr) and 1
 // on any other failure. SIGHUP reloads the policies and routes from the

@@ -329,7 +329,8 @@ func sqliteRun(ctx context.Context, path string, work func(*sqlitestore.Store) e
 	return fi.Size(), pages, nil
 }
 
-// storeTables are the tables an SQLite store writes (the seeds' schema).
+// storeTables are the tables an SQLite store writes (the schema of
+// docs/seeds.md, with rate_buckets for the token bucket).
 var storeTables = []string{"rate_limit_windows", "rate_events", "rate_buckets", "api_calls"}
 
 // sqliteWrites counts, with triggers added to the store's tables between

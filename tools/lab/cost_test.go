@@ -51,7 +51,7 @@ func TestCostMeasuresEveryStore(t *testing.T) {
 		assert.Greater(t, byKey[st+"/sliding_log"].BytesPerKey, 2*byKey[st+"/fixed_window"].BytesPerKey, st)
 		assert.Greater(t, byKey[st+"/sliding_log"].BytesPerKey, 2*byKey[st+"/token_bucket"].BytesPerKey, st)
 	}
-	// The fixed window counts refused attempts too (the seed's upsert);
+	// The fixed window counts refused attempts too (seed 000's upsert);
 	// the others write only what they admit: half the attempts.
 	for _, st := range []string{storeMemory, storeSQLite} {
 		assert.InDelta(t, 1.0, byKey[st+"/fixed_window"].WritesPerDecision, 1e-9, st)

@@ -343,7 +343,7 @@ type env struct {
 	prefix   string
 }
 
-// newEnv prepares a run: the seed (from the clock when o.seed is 0), the
+// newEnv prepares a run: the random seed (from the clock when o.seed is 0), the
 // key prefix drawn from it, and one client for every attack.
 func newEnv(o options, stderr io.Writer) *env {
 	if o.seed == 0 {

@@ -124,7 +124,7 @@ func TestSeveralPolicies(t *testing.T) {
 
 // TestExactUnderConcurrency sends 500 concurrent requests for one key and
 // counts exactly: the limit passes, the rest is refused, on every store. The
-// sliding log is the seed's check-then-act; the stores' conformance suites
+// sliding log is seed 001's check-then-act (docs/seeds.md); the stores' conformance suites
 // cover the other algorithms' atomicity.
 func TestExactUnderConcurrency(t *testing.T) {
 	const n, limit = 500, 137

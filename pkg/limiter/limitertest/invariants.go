@@ -110,7 +110,8 @@ func checkSpans(t *testing.T, p limiter.Policy, got []admission, sd uint64) {
 
 // testBoundaryBurst sends limit attempts just before a window boundary and
 // limit just after it: the fixed window admits all of them, twice its limit
-// in a millisecond (the seed's trade-off), the others only limit.
+// in a millisecond (seed 000's fixed-vs-sliding trade-off, docs/seeds.md),
+// the others only limit.
 func testBoundaryBurst(t *testing.T, newStore newStoreFunc) {
 	want := map[limiter.Algorithm]int64{
 		limiter.FixedWindow:   10,

@@ -41,7 +41,7 @@ var scripts = map[limiter.Algorithm]struct {
 	steps []step
 }{
 	limiter.FixedWindow: {3, []step{
-		// The seed: 00:00:45 is in the window that starts at 00:00:00.
+		// Seed 000's example (docs/seeds.md): 00:00:45 is in the window that starts at 00:00:00.
 		{at: 45 * sec, cost: 1, want: want{allowed: true, count: 1, remaining: 2, reset: 15 * sec}},
 		{at: 45 * sec, cost: 1, want: want{allowed: true, count: 2, remaining: 1, reset: 15 * sec}},
 		{at: 59 * sec, cost: 1, want: want{allowed: true, count: 3, remaining: 0, reset: 1 * sec}},

@@ -13,7 +13,7 @@ import (
 // state.
 type entry struct {
 	key   mapKey
-	hash  uint64 // of key, under the store's seed
+	hash  uint64 // of key, under the store's maphash seed
 	next  *entry // the next entry whose key has the same hash
 	index int    // in its shard's list
 	// blockedUntil is when the key's holder could be admitted again, Unix ns,

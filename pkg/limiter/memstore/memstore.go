@@ -318,9 +318,9 @@ func (s *Store) grew(sh *shard, e *entry, before int, now time.Time) {
 	}
 }
 
-// allowUnsafe is the seed's check-then-insert, kept racy on purpose to
+// allowUnsafe is seed 001's check-then-insert (docs/seeds.md), kept racy on purpose to
 // demonstrate the race: it counts under the lock, lets go of it (and yields,
-// as the seed's round trip to the database would), then records the attempt
+// as seed 001's round trip to the database would), then records the attempt
 // under the lock again. Concurrent attempts can all pass the count before any
 // is recorded. Never use it to protect anything.
 func (s *Store) allowUnsafe(sh *shard, k *mapKey, h uint64, p limiter.Policy, r limiter.Request) limiter.Decision {

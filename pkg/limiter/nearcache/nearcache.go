@@ -16,8 +16,8 @@
 //
 //   - refused attempts change no state. True of sliding_log, sliding_window
 //     and token_bucket (and sliding_log_unsafe): DefaultEnabled. Not of
-//     fixed_window, which counts every attempt, refused ones too (the seed's
-//     rule): cached refusals would still be refusals, but the count the store
+//     fixed_window, which counts every attempt, refused ones too (seed
+//     000's upsert, docs/seeds.md): cached refusals would still be refusals, but the count the store
 //     holds (/status, the count member of answers) would miss them. So it is
 //     off for fixed_window unless the caller enables it knowingly.
 //   - time only runs forward and at the store's pace (requests without a

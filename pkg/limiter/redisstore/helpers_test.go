@@ -14,7 +14,8 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 )
 
-// base is a fixed client time: the seed's 2026-01-01T00:00:00Z.
+// base is a fixed client time: 2026-01-01T00:00:00Z, seed 000's window
+// start (docs/seeds.md).
 var base = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // testTimeout is the store deadline of tests that are not about deadlines:

@@ -82,7 +82,7 @@ func BenchmarkPeek(b *testing.B) {
 // BenchmarkCommit compares, in one run and under each synchronous mode, the
 // cost per fixed-window decision from parallel callers with group commit
 // (batches of up to 256), with one transaction per decision (batch bound 1),
-// and the cost of the seed's upsert alone as one autocommit statement per
+// and the cost of seed 000's upsert (docs/seeds.md) alone as one autocommit statement per
 // attempt on a plain pool (a write with no read and no decision).
 func BenchmarkCommit(b *testing.B) {
 	p := benchPolicy(limiter.FixedWindow)

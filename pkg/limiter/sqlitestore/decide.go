@@ -45,7 +45,7 @@ func (q *stmts) decide(ctx context.Context, p limiter.Policy, r limiter.Request)
 	return d, nil
 }
 
-// fixedWindow is the seed's upsert, returning the count after it in the same
+// fixedWindow is seed 000's upsert (docs/seeds.md), returning the count after it in the same
 // statement (a peek reads the count): every attempt is counted, refused ones
 // too.
 func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {

@@ -7,7 +7,8 @@ import (
 	"fmt"
 )
 
-// schema is the seeds' tables and indexes, extended with policy (one database
+// schema is the tables and indexes of seeds 000 and 001 (docs/seeds.md),
+// extended with policy (one database
 // hosts many policies), endpoint and cost. Every statement is idempotent.
 const schema = `
 CREATE TABLE IF NOT EXISTS rate_limit_windows (

@@ -13,7 +13,7 @@
 // commit over the batch; see the package benchmarks.
 //
 // Peek reads through a separate read-only pool: WAL readers never wait for
-// the writer. sliding_log_unsafe is the seed's check-then-insert on the pool
+// the writer. sliding_log_unsafe is seed 001's check-then-insert (docs/seeds.md) on the pool
 // with no transaction; it over-admits under concurrency on purpose.
 package sqlitestore
 
@@ -337,7 +337,7 @@ func (s *Store) Close() error {
 // while the request waits, Allow returns ctx's error, but a decision the
 // writer had already committed stays committed (and counted).
 //
-// sliding_log_unsafe does not go through the writer: it is the seed's count
+// sliding_log_unsafe does not go through the writer: it is seed 001's count
 // then insert, two autocommit statements on the pool, and over-admits under
 // concurrency by design.
 func (s *Store) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {

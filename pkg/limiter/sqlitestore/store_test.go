@@ -539,7 +539,7 @@ func TestCloseDrainsTheQueue(t *testing.T) {
 	assert.ErrorIs(t, s.Close(), limiter.ErrClosed)
 }
 
-// sliding_log_unsafe is the seed's COUNT then INSERT, two autocommit
+// sliding_log_unsafe is seed 001's COUNT then INSERT (docs/seeds.md), two autocommit
 // statements on the pool with no transaction: between one caller's COUNT and
 // its INSERT, others count the same rows and are admitted too. Whether a round
 // over-admits depends on the scheduler, so the test runs rounds (fresh key

@@ -248,8 +248,8 @@ func fieldError(field string, err error) error {
 	return &Error{Field: field, Reason: err.Error()}
 }
 
-// defaultPolicies reproduce the seeds: 3 per minute on /ping (fixed window,
-// seed 000) and 10 per minute on /rate/check (sliding log, seed 001); and
+// defaultPolicies reproduce docs/seeds.md: 3 per minute on /ping (fixed
+// window, seed 000) and 10 per minute on /rate/check (sliding log, seed 001); and
 // api, 10 per minute, for /v1/check, which may not charge the seed routes'
 // policies.
 func defaultPolicies() map[string]limiter.Policy {

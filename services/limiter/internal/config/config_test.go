@@ -56,7 +56,7 @@ func TestLoadDefaultsReproduceTheSeeds(t *testing.T) {
 		"check": {Name: "check", Algorithm: limiter.SlidingLog, Limit: 10, Window: 60 * time.Second},
 		"api":   {Name: "api", Algorithm: limiter.FixedWindow, Limit: 10, Window: 60 * time.Second},
 	}, c.Policies)
-	assert.Equal(t, identity.HeadersFromAny, c.IdentityHeaders, "the seeds believe X-Client-Key from anyone")
+	assert.Equal(t, identity.HeadersFromAny, c.IdentityHeaders, "seed 000 believes X-Client-Key from anyone")
 	assert.Equal(t, []identity.Source{identity.Header, identity.Peer}, c.PingKey)
 	assert.Equal(t, 64, c.IPv6Prefix)
 	assert.Empty(t, c.InternalAddr)

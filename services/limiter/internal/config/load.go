@@ -136,7 +136,7 @@ var settings = []setting{
 		c.InternalAddr = v
 		return nil
 	}},
-	{"identity-headers", "any", "who may assert an identity by header (X-Client-Key, X-User-Id): any (every client, as the seeds do: a client can choose its own budget) or trusted-proxies (only peers in --trusted-proxies; from others the headers are ignored)", func(c *Config, v string) error {
+	{"identity-headers", "any", "who may assert an identity by header (X-Client-Key, X-User-Id): any (every client, as docs/seeds.md does: a client can choose its own budget) or trusted-proxies (only peers in --trusted-proxies; from others the headers are ignored)", func(c *Config, v string) error {
 		t, err := identity.ParseTrust(v)
 		c.IdentityHeaders = t
 		return err
@@ -343,7 +343,7 @@ func Usage(w io.Writer) error {
 
 Serves the Tollgate rate limiter over HTTP. Every setting comes, in this order
 of precedence, from its flag, its environment variable, the YAML file given
-with --config, or its default (the defaults reproduce the seeds: /ping 3 per
+with --config, or its default (the defaults reproduce the seed notes: /ping 3 per
 60s fixed window, /rate/check 10 per 60s sliding log).
 
 Flags:

@@ -4,8 +4,9 @@ import "github.com/tollgate/tollgate/pkg/limiter/httplimit"
 
 // Header is what a verdict shows in the rate-limit header fields of
 // draft-ietf-httpapi-ratelimit-headers-10 (and the X-RateLimit-* fields the
-// seeds announce), formatted by the library's httplimit, as its middleware
-// formats them. Transports copy the values; they format nothing.
+// service also sends for clients that predate the draft), formatted by the
+// library's httplimit, as its middleware formats them. Transports copy the
+// values; they format nothing.
 type Header struct {
 	// Fields are the RateLimit-Policy value (every enforcing policy of the
 	// request; empty when all are shadows: then no field is set) and the

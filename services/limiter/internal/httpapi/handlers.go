@@ -210,7 +210,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 
 // endpoint puts an endpoint in its canonical form: 422 for a control
 // character or invalid UTF-8, or when the result is empty or longer than
-// the seed allows.
+// MaxEndpointRunes (seed 001's 128 characters, docs/seeds.md).
 func (h *handler) endpoint(ep string) (string, *problem) {
 	ep, err := canon.Endpoint(ep, h.fold)
 	if err == nil {

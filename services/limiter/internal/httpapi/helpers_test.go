@@ -37,13 +37,13 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// t0 is 45 s into a minute, as in the fixed-window seed's example: the
+// t0 is 45 s into a minute, as in seed 000's example (docs/seeds.md): the
 // current one-minute window started 45 s ago and ends in 15 s.
 var t0 = time.Date(2026, 1, 1, 0, 0, 45, 0, time.UTC)
 
 const adminKey = "test-admin-key-7f3a"
 
-// The seeds' policies.
+// The default policies of the seed routes (docs/seeds.md).
 var (
 	pingPolicy  = limiter.Policy{Name: "ping", Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Minute}
 	checkPolicy = limiter.Policy{Name: "check", Algorithm: limiter.SlidingLog, Limit: 10, Window: time.Minute}
@@ -124,7 +124,7 @@ type server struct {
 	refusals  *decide.Offenders
 }
 
-// newServer builds an engine on store with the seed configuration, changed
+// newServer builds an engine on store with the default configuration, changed
 // by the edit functions.
 func newServer(t testing.TB, store limiter.Store, edit ...func(*options)) *server {
 	t.Helper()

@@ -45,7 +45,8 @@ type Options struct {
 	// default), the public ones or the internal ones (see Listener).
 	Listener Listener
 	// PingSources are /ping's key sources, first that applies wins; empty
-	// means header then peer, the seed's X-Client-Key else the address.
+	// means header then peer: seed 000's X-Client-Key (docs/seeds.md), else
+	// the address.
 	PingSources []identity.Source
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold

@@ -15,7 +15,8 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
-// openDB opens a test's SQLite file directly, to look at the seeds' tables.
+// openDB opens a test's SQLite file directly, to look at the seed notes'
+// tables (docs/seeds.md).
 func openDB(t testing.TB, path string) *sql.DB {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
@@ -112,7 +113,7 @@ func TestStatusDoesNotIncrement(t *testing.T) {
 	}
 }
 
-// TestSlidingSeedStatusTable is the sliding seed's table of status codes,
+// TestSlidingSeedStatusTable is seed 001's table of status codes (docs/seeds.md),
 // one row per line of the table.
 func TestSlidingSeedStatusTable(t *testing.T) {
 	body := `{"endpoint":"/api/orders"}`
@@ -157,7 +158,8 @@ func TestSlidingSeedStatusTable(t *testing.T) {
 
 // TestAttackCases replays ATK-01..ATK-12 of the sliding seed. A victim (user
 // 42 on /api/orders) has made 3 checks before each attack; no attack may
-// change the victim's counter, and each gets the seed's status.
+// change the victim's counter, and each gets the status of seed 001's
+// table (docs/seeds.md).
 func TestAttackCases(t *testing.T) {
 	user := map[string]string{"X-User-Id": "42"}
 	admin := map[string]string{"X-Admin-Key": adminKey}

@@ -4,12 +4,12 @@
 //   - peer: the client address (after trusted proxies' X-Forwarded-For), an
 //     IPv6 address grouped by its /64 (configurable), IPv4-mapped folded.
 //     Safe anywhere: a client cannot choose it.
-//   - header: X-Client-Key, as the fixed-window seed does. Client-asserted:
+//   - header: X-Client-Key, as seed 000 does (docs/seeds.md). Client-asserted:
 //     believed only from a trusted proxy, unless the operator allows any
 //     client (HeadersFromAny, the demo default).
 //   - api_key: X-Api-Key, which must be one of the operator's keys (a file
 //     of SHA-256 digests); an unknown key is refused. Safe anywhere.
-//   - user: X-User-Id, as the sliding-log seed does. Client-asserted like
+//   - user: X-User-Id, as seed 001 does. Client-asserted like
 //     header.
 //
 // Each source is its own namespace in the store (peer:, key:, api:,
@@ -87,7 +87,8 @@ type Trust uint8
 
 const (
 	// HeadersFromAny believes identity headers from every client: the
-	// seeds' behaviour, for demos and for a service only a gateway reaches.
+	// behaviour of seeds 000 and 001 (docs/seeds.md), for demos and for a
+	// service only a gateway reaches.
 	HeadersFromAny Trust = iota
 	// HeadersFromTrustedProxies believes them only when the connection
 	// comes from a trusted proxy; from anyone else they are ignored.

@@ -34,7 +34,7 @@ type admission struct {
 func newAdmission() *admission { return &admission{seed: maphash.MakeSeed()} }
 
 // slots returns it's counter in each row, from one seeded hash (double
-// hashing). The seed is per process, so a client cannot aim collisions.
+// hashing). The hash seed is per process, so a client cannot aim collisions.
 func (a *admission) slots(it Item) [admitDepth]uint32 {
 	h := maphash.Comparable(a.seed, it)
 	h1, h2 := uint32(h), uint32(h>>32)|1
