@@ -25,19 +25,6 @@ func windowStartNanos(now, window int64) int64 {
 	return now - off
 }
 
-// WindowStartText formats a window start as seed 000 stores window_start
-// (docs/seeds.md):
-// ISO 8601, UTC, whole seconds ("2026-01-01T00:00:00Z").
-func WindowStartText(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05Z")
-}
-
-// EventTimeText formats an event time with a fixed nine-digit fraction, so
-// that text order is time order ("2026-01-01T00:00:45.000000000Z").
-func EventTimeText(t time.Time) string {
-	return t.UTC().Format("2006-01-02T15:04:05.000000000Z")
-}
-
 // FixedWindowDecide decides an attempt under the fixed window. count is what
 // the store holds for WindowStart(now) before this attempt. Every attempt is
 // counted, refused ones too: the store writes back Count whenever cost > 0.

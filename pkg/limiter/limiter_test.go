@@ -162,18 +162,6 @@ func TestWindowStart(t *testing.T) {
 	}
 }
 
-func TestTimeTexts(t *testing.T) {
-	at := t0.Add(45*time.Second + 7)
-	assert.Equal(t, "2026-01-01T00:00:00Z", limiter.WindowStartText(limiter.WindowStart(at, time.Minute)))
-	assert.Equal(t, "2026-01-01T00:00:45.000000007Z", limiter.EventTimeText(at))
-	assert.Equal(t, "2026-01-01T00:00:45.000000007Z", limiter.EventTimeText(at.In(time.FixedZone("X", -7200))))
-	// Text order is time order, which SQL comparisons rely on.
-	times := []time.Time{t0.Add(-1), t0, t0.Add(1), t0.Add(time.Millisecond), t0.Add(time.Second), t0.Add(10 * time.Second)}
-	for i := 1; i < len(times); i++ {
-		assert.Less(t, limiter.EventTimeText(times[i-1]), limiter.EventTimeText(times[i]))
-	}
-}
-
 func TestLimiter(t *testing.T) {
 	_, err := limiter.New(memstore.New(), limiter.Policy{Name: "bad"})
 	require.ErrorIs(t, err, limiter.ErrInvalidPolicy)

@@ -112,7 +112,7 @@ func BenchmarkCommit(b *testing.B) {
 			defer st.Close()
 			benchParallel(b, func(prefix string, i int) error {
 				r := attempt(prefix, i)
-				_, err := st.Exec(p.Name, r.Key.Subject, r.Key.Scope, limiter.WindowStartText(limiter.WindowStart(r.Now, p.Window)))
+				_, err := st.Exec(p.Name, r.Key.Subject, r.Key.Scope, sqlitestore.WindowStartText(limiter.WindowStart(r.Now, p.Window)))
 				return err
 			})
 		})

@@ -10,9 +10,6 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
-// eventLayout is limiter.EventTimeText's layout, to read created_at back.
-const eventLayout = "2006-01-02T15:04:05.000000000Z"
-
 // decide reads r.Key's state under p with q, calls the algorithm's arithmetic
 // and writes the new state. r.Cost 0 is a peek: nothing is written, so q may
 // be the read-only pool. It is atomic only when the caller makes it so (the
@@ -38,7 +35,7 @@ func (q *stmts) decide(ctx context.Context, p limiter.Policy, r limiter.Request)
 		return limiter.Decision{}, err
 	}
 	if r.Cost > 0 && d.Allowed && r.Audit != "" {
-		if _, err := q.audit.ExecContext(ctx, r.Key.Subject, r.Audit, limiter.EventTimeText(r.Now)); err != nil {
+		if _, err := q.audit.ExecContext(ctx, r.Key.Subject, r.Audit, eventTimeText(r.Now)); err != nil {
 			return limiter.Decision{}, fmt.Errorf("audit: %w", err)
 		}
 	}
@@ -49,7 +46,7 @@ func (q *stmts) decide(ctx context.Context, p limiter.Policy, r limiter.Request)
 // statement (a peek reads the count): every attempt is counted, refused ones
 // too.
 func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
-	start := limiter.WindowStartText(limiter.WindowStart(r.Now, p.Window))
+	start := windowStartText(limiter.WindowStart(r.Now, p.Window))
 	k := r.Key
 	var (
 		count int64
@@ -70,11 +67,11 @@ func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Req
 // attempt adds its cost to the current one.
 func (q *stmts) slidingWindow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
 	cur := limiter.WindowStart(r.Now, p.Window)
-	curText := limiter.WindowStartText(cur)
+	curText := windowStartText(cur)
 	k := r.Key
 	var prevCount, curCount int64
 	err := q.windowPair.QueryRowContext(ctx, p.Name, k.Subject, k.Scope,
-		limiter.WindowStartText(cur.Add(-p.Window)), curText).Scan(&prevCount, &curCount)
+		windowStartText(cur.Add(-p.Window)), curText).Scan(&prevCount, &curCount)
 	if err != nil {
 		return limiter.Decision{}, fmt.Errorf("sliding window: %w", err)
 	}
@@ -93,7 +90,7 @@ func (q *stmts) slidingWindow(ctx context.Context, p limiter.Policy, r limiter.R
 // one. An allowed attempt is recorded as one event of its cost.
 func (q *stmts) slidingLog(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
 	k := r.Key
-	since := limiter.EventTimeText(r.Now.Add(-p.Window))
+	since := eventTimeText(r.Now.Add(-p.Window))
 	var (
 		units  int64
 		newest string
@@ -115,7 +112,7 @@ func (q *stmts) slidingLog(ctx context.Context, p limiter.Policy, r limiter.Requ
 	}
 	d := limiter.SlidingLogDecide(p, events, r.Cost, r.Now)
 	if d.Allowed && r.Cost > 0 {
-		_, err := q.logInsert.ExecContext(ctx, p.Name, k.Subject, k.Scope, limiter.EventTimeText(r.Now), r.Cost)
+		_, err := q.logInsert.ExecContext(ctx, p.Name, k.Subject, k.Scope, eventTimeText(r.Now), r.Cost)
 		if err != nil {
 			return limiter.Decision{}, fmt.Errorf("sliding log: %w", err)
 		}
@@ -151,7 +148,7 @@ func (q *stmts) events(ctx context.Context, p limiter.Policy, k limiter.Key, sin
 	return events, nil
 }
 
-// event parses a created_at written by limiter.EventTimeText.
+// event parses a created_at written by eventTimeText.
 func event(createdAt string, cost int64) (limiter.Event, error) {
 	t, err := time.Parse(eventLayout, createdAt)
 	if err != nil {

@@ -8,8 +8,8 @@ import (
 )
 
 // schema is the tables and indexes of seeds 000 and 001 (docs/seeds.md),
-// extended with policy (one database
-// hosts many policies), endpoint and cost. Every statement is idempotent.
+// extended with policy (one database hosts many policies), endpoint and
+// cost. Every statement is idempotent.
 const schema = `
 CREATE TABLE IF NOT EXISTS rate_limit_windows (
     policy       TEXT    NOT NULL,

@@ -70,7 +70,7 @@ func TestAuditRowsArePrunedAfterTheRetention(t *testing.T) {
 			}
 			n, err := s.Prune(ctx, t0, []limiter.Policy{p})
 			require.NoError(t, err)
-			assert.Equal(t, []string{limiter.EventTimeText(t0.Add(-tt.retention + time.Second)), limiter.EventTimeText(t0)},
+			assert.Equal(t, []string{sqlitestore.EventTimeText(t0.Add(-tt.retention + time.Second)), sqlitestore.EventTimeText(t0)},
 				queryStrings(t, db, "SELECT called_at FROM api_calls ORDER BY called_at"))
 			assert.Equal(t, int64(2+1), n, "two audit rows and the window of the first three (the one of t0 stays)")
 		})

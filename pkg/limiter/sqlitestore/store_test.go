@@ -291,7 +291,7 @@ func TestAuditRowsForAllowedAttemptsOnly(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, n, queryInt(t, db, "SELECT COUNT(*) FROM api_calls WHERE key = ?", subject))
 			assert.Equal(t, n, queryInt(t, db, "SELECT COUNT(*) FROM api_calls WHERE key = ? AND endpoint = '/ping' AND called_at = ?",
-				subject, limiter.EventTimeText(t0)))
+				subject, sqlitestore.EventTimeText(t0)))
 		})
 	}
 }
@@ -327,7 +327,7 @@ func TestPruneDeletesExpiredRowsOnly(t *testing.T) {
 	assert.Equal(t, []string{"2025-12-31T23:59:00Z", "2026-01-01T00:00:00Z"},
 		queryStrings(t, db, "SELECT window_start FROM rate_limit_windows WHERE policy = 'fixed' ORDER BY window_start"))
 	// An event exactly one window old no longer counts, so it goes.
-	assert.Equal(t, []string{limiter.EventTimeText(t0.Add(-59 * time.Second)), limiter.EventTimeText(t0)},
+	assert.Equal(t, []string{sqlitestore.EventTimeText(t0.Add(-59 * time.Second)), sqlitestore.EventTimeText(t0)},
 		queryStrings(t, db, "SELECT created_at FROM rate_events WHERE policy = 'log' ORDER BY created_at"))
 	assert.Equal(t, []string{"new"}, queryStrings(t, db, "SELECT key FROM rate_buckets WHERE policy = 'bucket'"))
 	assert.Equal(t, int64(1), queryInt(t, db, "SELECT COUNT(*) FROM rate_limit_windows WHERE policy = 'other'"))

@@ -283,7 +283,7 @@ func (s *Store) prune(o *op) result {
 		return result{err: err}
 	}
 	ctx := context.Background() // the job must not stop between two chunks for one caller
-	audit := limiter.EventTimeText(o.req.Now.Add(-s.cfg.auditRetention))
+	audit := eventTimeText(o.req.Now.Add(-s.cfg.auditRetention))
 	var total int64
 	step := func(st *sql.Stmt, args ...any) error {
 		for {
@@ -296,8 +296,8 @@ func (s *Store) prune(o *op) result {
 	}
 	for _, p := range o.policies {
 		cutoffs := [3]any{
-			limiter.WindowStartText(o.req.Now.Add(-2 * p.Window)),
-			limiter.EventTimeText(o.req.Now.Add(-p.Window)),
+			windowStartText(o.req.Now.Add(-2 * p.Window)),
+			eventTimeText(o.req.Now.Add(-p.Window)),
 			o.req.Now.UnixNano(),
 		}
 		for i, cutoff := range cutoffs {
