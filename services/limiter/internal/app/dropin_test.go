@@ -672,3 +672,41 @@ descriptors:
 	require.ErrorIs(t, err, config.ErrInvalid, "a key in the wrong place")
 	assert.Contains(t, err.Error(), "descriptors[0].unit: unknown key")
 }
+
+// Limits whose statistics names are the same (keys or domains holding '.',
+// a key named like the override counter) load, as in the peer, and count
+// apart.
+func TestDropInSameStatisticsNames(t *testing.T) {
+	d := newDropIn(t, "--envoy-config", envoyFolder(t, map[string]string{
+		"a.yaml": `domain: a
+descriptors:
+  - key: b.c
+    rate_limit: {unit: minute, requests_per_unit: 2}
+  - key: b
+    descriptors:
+      - key: c
+        rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: limit_override_minute
+    rate_limit: {unit: minute, requests_per_unit: 4}
+`,
+		"ab.yaml": "domain: a.b\ndescriptors:\n  - key: c\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+	}))
+	for i := range 2 {
+		for _, tc := range []struct {
+			domain string
+			kv     []string
+			limit  uint32
+		}{
+			{"a", []string{"b.c", "x"}, 2},
+			{"a", []string{"b", "x", "c", "y"}, 3},
+			{"a", []string{"limit_override_minute", "x"}, 4},
+			{"a.b", []string{"c", "x"}, 5},
+		} {
+			st := d.ask(t, req(tc.domain, tc.kv)).GetStatuses()[0]
+			assert.Equal(t, []any{tc.limit, tc.limit - uint32(i) - 1}, []any{limitOf(one(st), 0), st.GetLimitRemaining()},
+				"%s %v, request %d: its own counter", tc.domain, tc.kv, i+1)
+		}
+	}
+	st := d.ask(t, override("a", 5, typev3.RateLimitUnit_MINUTE, "z", "1")).GetStatuses()[0]
+	assert.Equal(t, uint32(4), st.GetLimitRemaining(), "the overrides' counter is apart too")
+}

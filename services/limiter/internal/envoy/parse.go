@@ -1,6 +1,8 @@
 package envoy
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -243,6 +245,9 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		part += "_" + value
 	}
 	names = append(slices.Clone(names), part)
+	if other := lv.joined(key, part); other != nil {
+		return p.fail(path, m, "its key and value join to %q, as does the descriptor at %s (envoyproxy/ratelimit keys descriptors by that text)", part, other.where(p.file))
+	}
 
 	b := lv[key]
 	if b == nil {
@@ -339,10 +344,7 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	if slices.Contains(l.Replaces, l.Name) && l.Name != "" {
 		return nil, p.fail(path+".replaces", m, "must not name this rate limit itself (%q)", l.Name)
 	}
-	l.Policy = limiter.Policy{Name: policyName(names), Algorithm: limiter.Algorithm(algorithm), Shadow: shadow}
-	if other, dup := p.names[l.Policy.Name]; dup {
-		return nil, p.fail(path, m, "its policy name %q is already used by %s", l.Policy.Name, other)
-	}
+	l.Policy = limiter.Policy{Name: p.nameFor(names), Algorithm: limiter.Algorithm(algorithm), Shadow: shadow}
 	p.names[l.Policy.Name] = path
 	u, ok := units[strings.ToLower(unit)]
 	if l.Unlimited {
@@ -457,4 +459,23 @@ func (p *parser) metadataValue(path string, v *yaml.Node, budget *int) (*structp
 		return structpb.NewNumberValue(f), nil
 	}
 	return structpb.NewStringValue(v.Value), nil
+}
+
+// nameFor returns the policy name of the limit at the descriptor path
+// names: policyName(names), as envoyproxy/ratelimit names its statistics,
+// unless a limit elsewhere already has it (another level or another domain:
+// keys or domains holding '.', as "a.b" beside "a" then "b"; or a key named
+// like a domain's override counter). The name then takes a digest of the
+// path, so that two limits never share a counter, as they do not in the
+// peer. (Siblings cannot share a name: level.joined refuses them first.)
+func (p *parser) nameFor(names []string) string {
+	name := policyName(names)
+	_, inFile := p.names[name]
+	_, loaded := p.rules.names[name]
+	if !inFile && !loaded {
+		return name
+	}
+	sum := sha256.Sum256([]byte(strings.Join(names, "\x00")))
+	last := len(names) - 1
+	return policyName(append(slices.Clone(names[:last]), names[last]+"~"+hex.EncodeToString(sum[:8])))
 }

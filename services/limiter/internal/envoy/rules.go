@@ -157,6 +157,38 @@ type branch struct {
 // level is one list of descriptors, by key.
 type level map[string]*branch
 
+// joined returns the descriptor of lv, under another key than key, that
+// envoyproxy/ratelimit keys by the same text as joinedKey (key, or
+// key_value): "a_b" without value and "a" with value "b" are one
+// descriptor to the peer, which refuses the second. nil when none.
+func (lv level) joined(key, joinedKey string) *node {
+	for i := 0; i <= len(joinedKey); i++ {
+		if i < len(joinedKey) && joinedKey[i] != '_' {
+			continue
+		}
+		b := lv[joinedKey[:i]]
+		if b == nil || joinedKey[:i] == key {
+			continue
+		}
+		if i == len(joinedKey) {
+			if b.any != nil {
+				return b.any
+			}
+			continue
+		}
+		value := joinedKey[i+1:]
+		if n := b.exact[value]; n != nil {
+			return n
+		}
+		for _, w := range b.wildcards {
+			if w.value == value {
+				return w
+			}
+		}
+	}
+	return nil
+}
+
 // clone returns a copy of lv that descriptors can be added to without
 // changing lv; the descriptors themselves are shared.
 func (lv level) clone() level {
