@@ -103,31 +103,6 @@ func TestCheckRequest(t *testing.T) {
 	assert.ErrorIs(t, limiter.CheckRequest(p, limiter.Request{Cost: 1}), limiter.ErrInvalidKey)
 }
 
-func TestRetryAfterSeconds(t *testing.T) {
-	for d, want := range map[time.Duration]int64{
-		-time.Hour:                  0,
-		0:                           0,
-		time.Nanosecond:             1,
-		time.Second - 1:             1,
-		time.Second:                 1,
-		time.Second + 1:             2,
-		59*time.Second + 500e6:      60,
-		time.Hour:                   3600,
-		limiter.MaxWindow:           int64(limiter.MaxWindow / time.Second),
-		2*limiter.MaxWindow + 1e9/2: 2*int64(limiter.MaxWindow/time.Second) + 1,
-	} {
-		assert.Equal(t, want, limiter.RetryAfterSeconds(d), "%s", d)
-	}
-}
-
-func TestSeconds(t *testing.T) {
-	assert.Equal(t, 1.5, limiter.Seconds(1500*time.Millisecond))
-	assert.Equal(t, 0.0, limiter.Seconds(-time.Second))
-	assert.Equal(t, 0.0, limiter.Seconds(0))
-	assert.Equal(t, 6.808, limiter.Seconds(6808112623*time.Nanosecond))
-	assert.Equal(t, 6.809, limiter.Seconds(6808600000*time.Nanosecond))
-}
-
 func TestSystemClockIsUTC(t *testing.T) {
 	before := time.Now()
 	now := limiter.SystemClock{}.Now()

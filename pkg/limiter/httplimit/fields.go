@@ -64,7 +64,7 @@ func PolicyHeader(ps []limiter.Policy) string {
 // RateLimitHeader returns the RateLimit field value for policy name's
 // decision d: "name";r=<remaining>;t=<seconds until reset, rounded up>.
 func RateLimitHeader(name string, d limiter.Decision) string {
-	return sfString(name) + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10)
+	return sfString(name) + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(RetryAfterSeconds(d.ResetAfter), 10)
 }
 
 // Fields are the values of one answer's rate-limit header fields, formatted
@@ -91,7 +91,7 @@ func NewFields(policyHeader, name string, d limiter.Decision) Fields {
 		RateLimit: RateLimitHeader(name, d),
 		Limit:     d.Limit,
 		Remaining: d.Remaining,
-		Reset:     limiter.RetryAfterSeconds(d.ResetAfter),
+		Reset:     RetryAfterSeconds(d.ResetAfter),
 	}
 }
 
@@ -124,5 +124,5 @@ func (f Fields) Set(hd http.Header) {
 
 // SetRetryAfter sets the Retry-After field to d rounded up to whole seconds.
 func SetRetryAfter(hd http.Header, d time.Duration) {
-	hd["Retry-After"] = []string{strconv.FormatInt(limiter.RetryAfterSeconds(d), 10)}
+	hd["Retry-After"] = []string{strconv.FormatInt(RetryAfterSeconds(d), 10)}
 }

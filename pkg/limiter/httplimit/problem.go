@@ -68,8 +68,8 @@ func NewLimitedProblem(p limiter.Policy, d limiter.Decision) LimitedProblem {
 		ViolatedPolicies: []string{p.Name},
 		Limit:            d.Limit,
 		Remaining:        d.Remaining,
-		ResetAfter:       limiter.Seconds(d.ResetAfter),
-		RetryAfter:       limiter.Seconds(d.RetryAfter),
+		ResetAfter:       Seconds(d.ResetAfter),
+		RetryAfter:       Seconds(d.RetryAfter),
 	}
 }
 

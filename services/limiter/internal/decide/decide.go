@@ -282,7 +282,7 @@ func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
 	s := results[shown]
 	h.Fields = httplimit.NewFields(policyHeader, ps[shown].Name, s.Decision)
 	if refused && retry >= 0 {
-		h.RetryAfter = limiter.RetryAfterSeconds(retry)
+		h.RetryAfter = httplimit.RetryAfterSeconds(retry)
 	}
 	return h
 }

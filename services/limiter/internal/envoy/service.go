@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
 
@@ -281,7 +282,7 @@ func limitHeaders(names LimitHeaderNames, limits []*Limit, statuses []*rlsv3.Rat
 	if shown == nil {
 		return nil
 	}
-	reset := limiter.RetryAfterSeconds(shown.GetDurationUntilReset().AsDuration())
+	reset := httplimit.RetryAfterSeconds(shown.GetDurationUntilReset().AsDuration())
 	return []*corev3.HeaderValue{
 		{Key: names.Limit, Value: strconv.FormatUint(uint64(shown.GetCurrentLimit().GetRequestsPerUnit()), 10)},
 		{Key: names.Remaining, Value: strconv.FormatUint(uint64(shown.GetLimitRemaining()), 10)},

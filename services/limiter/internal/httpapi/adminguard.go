@@ -10,6 +10,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 )
@@ -45,7 +46,7 @@ func (g *adminGuard) blocked(ctx context.Context, client string, now time.Time) 
 	return &problem{
 		status:     http.StatusTooManyRequests,
 		detail:     "too many failed admin attempts from this client; retry later",
-		retryAfter: strconv.FormatInt(limiter.RetryAfterSeconds(d.ResetAfter), 10),
+		retryAfter: strconv.FormatInt(httplimit.RetryAfterSeconds(d.ResetAfter), 10),
 	}
 }
 

@@ -89,7 +89,7 @@ func appendJSONString(b []byte, s string) []byte {
 // appendJSONFloat appends f as encoding/json writes it: the shortest
 // decimal when 1e-6 <= |f| < 1e21 or f is 0, else through encoding/json
 // (exponents, and the error for NaN and infinities, which then write null:
-// limiter.Seconds never returns them).
+// httplimit.Seconds never returns them).
 func appendJSONFloat(b []byte, f float64) []byte {
 	if a := max(f, -f); a == 0 || a >= 1e-6 && a < 1e21 {
 		return strconv.AppendFloat(b, f, 'f', -1, 64)

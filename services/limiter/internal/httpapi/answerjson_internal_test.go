@@ -39,7 +39,7 @@ func FuzzAnswersLikeEncodingJSON(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, s string, x float64, n int64, flag bool) {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return // encoding/json refuses them; limiter.Seconds never makes them
+			return // encoding/json refuses them; httplimit.Seconds never makes them
 		}
 		sameJSON(t, pingBody{Key: s, Count: n, ResetAfter: x})
 		sameJSON(t, checkBody{Result: s, UserID: n, Endpoint: s, ResetAfter: x})

@@ -16,6 +16,7 @@ import (
 	"github.com/gin-gonic/gin"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
@@ -130,7 +131,7 @@ func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *pro
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(pingBody{Key: id.Key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: limiter.Seconds(d.ResetAfter)}), nil
+	return ok(pingBody{Key: id.Key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
 }
 
 // statusSubject is the store key /status?key=K[&source=S] reads: K in the
@@ -176,7 +177,7 @@ func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	return ok(statusBody{
 		Key: key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining,
 		WindowStart: d.WindowStart.UTC().Format(time.RFC3339),
-		ResetAfter:  limiter.Seconds(d.ResetAfter),
+		ResetAfter:  httplimit.Seconds(d.ResetAfter),
 	}), nil
 }
 
@@ -205,7 +206,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(checkBody{Result: "ok", UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: limiter.Seconds(d.ResetAfter)}), nil
+	return ok(checkBody{Result: "ok", UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
 }
 
 // endpoint puts an endpoint in its canonical form: 422 for a control
@@ -251,7 +252,7 @@ func (h *handler) handleRateStatus(c *gin.Context, s *snapshot.Snapshot) (answer
 	}
 	return ok(rateStatusBody{
 		UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining,
-		WindowSeconds: int64(policy.Window / time.Second), ResetAfter: limiter.Seconds(d.ResetAfter),
+		WindowSeconds: int64(policy.Window / time.Second), ResetAfter: httplimit.Seconds(d.ResetAfter),
 	}), nil
 }
 
@@ -376,7 +377,7 @@ func handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	d := v.Results[0]
 	return ok(v1Body{
 		Allowed: true, Limit: d.Limit, Remaining: d.Remaining, Count: d.Count,
-		ResetAfter: limiter.Seconds(d.ResetAfter), RetryAfter: limiter.Seconds(d.RetryAfter),
+		ResetAfter: httplimit.Seconds(d.ResetAfter), RetryAfter: httplimit.Seconds(d.RetryAfter),
 		Policy: policy.Name, Key: req.key, ShadowDenied: !d.Allowed,
 	}), nil
 }
