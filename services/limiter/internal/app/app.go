@@ -216,6 +216,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		Registry:       reg,
 		Draining:       a.draining,
 		PingSources:    a.cfg.PingKey,
+		RateSources:    a.cfg.RateKey,
 		EndpointFold:   a.cfg.EndpointFold,
 	}
 	if a.cfg.InternalAddr != "" {

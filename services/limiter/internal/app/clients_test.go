@@ -185,3 +185,49 @@ func TestMemoryStoreFullOfExhaustedKeys(t *testing.T) {
 		assert.Contains(t, logs.String(), "the memory store evicted exhausted keys")
 	}
 }
+
+// --rate-key api_key,user: /rate/check and /rate/status count a known API
+// key's budget, answer 401 for an unknown one, fall back to X-User-Id
+// without a key, and keep the two namespaces apart.
+func TestRateRoutesKeyedByAPIKey(t *testing.T) {
+	digest := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte(digest("key-one")+"\n"), 0o600))
+	a := newApp(t, load(t, "--store=memory", "--rate-key=api_key,user", "--api-keys-file="+keys), limitertest.NewClock(t0))
+	check := func(header map[string]string) *httptest.ResponseRecorder {
+		return send(t, a.Handler(), http.MethodPost, "/rate/check", `{"endpoint":"/orders"}`, header)
+	}
+	short := digest("key-one")[:16]
+	for i := 1; i <= 3; i++ {
+		w := check(map[string]string{"X-Api-Key": "key-one", "X-User-Id": "42"})
+		require.Equal(t, 200, w.Code, w.Body.String())
+		assert.Contains(t, w.Body.String(), `"key":"`+short+`"`)
+		assert.Contains(t, w.Body.String(), `"count":`+strconv.Itoa(i))
+		assert.NotContains(t, w.Body.String(), "user_id", "the API key is the client, not X-User-Id")
+	}
+	w := send(t, a.Handler(), http.MethodGet, "/rate/status?endpoint=/orders", "", map[string]string{"X-Api-Key": "key-one"})
+	require.Equal(t, 200, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), `"count":3`)
+
+	w = check(map[string]string{"X-Api-Key": "key-two"})
+	assert.Equal(t, 401, w.Code)
+	assert.Equal(t, "application/problem+json", w.Header().Get("Content-Type"))
+	assert.Equal(t, 401, send(t, a.Handler(), http.MethodGet, "/rate/status?endpoint=/orders", "", map[string]string{"X-Api-Key": "key-two"}).Code)
+
+	w = check(map[string]string{"X-User-Id": "42"})
+	require.Equal(t, 200, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), `"user_id":42`)
+	assert.Contains(t, w.Body.String(), `"count":1`, "user 42 did not pay for the API key's checks")
+	assert.Equal(t, 400, check(nil).Code, "neither source applies")
+}
+
+// The default is seed 001's: X-User-Id only; an API key does not replace it.
+func TestRateRoutesKeyedByUserByDefault(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory"), limitertest.NewClock(t0))
+	w := send(t, a.Handler(), http.MethodPost, "/rate/check", `{"endpoint":"/orders"}`, map[string]string{"X-Api-Key": "whatever"})
+	assert.Equal(t, 400, w.Code)
+	assert.Contains(t, w.Body.String(), "X-User-Id")
+	w = send(t, a.Handler(), http.MethodPost, "/rate/check", `{"endpoint":"/orders"}`, map[string]string{"X-User-Id": "42"})
+	require.Equal(t, 200, w.Code)
+	assert.Contains(t, w.Body.String(), `{"result":"ok","user_id":42,"endpoint":"/orders"`)
+}

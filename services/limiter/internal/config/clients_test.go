@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
 // A one-character admin key used to be accepted; wrong guesses were then
@@ -40,13 +42,19 @@ func TestPolicyMemoryBound(t *testing.T) {
 }
 
 func TestIdentitySettings(t *testing.T) {
-	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nendpoint_fold: [all]\n")}, env(nil))
+	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nrate_key: [api_key, user]\nendpoint_fold: [all]\n")}, env(nil))
 	require.NoError(t, err)
 	assert.Len(t, c.PingKey, 3)
+	assert.Equal(t, []identity.Source{identity.APIKey, identity.User}, c.RateKey)
+	c, err = Load(nil, env(nil))
+	require.NoError(t, err)
+	assert.Equal(t, []identity.Source{identity.User}, c.RateKey, "seed 001's X-User-Id by default")
 	for _, bad := range [][]string{
 		{"--internal-addr", "127.0.0.1:8080"},
 		{"--identity-headers", "everyone"},
 		{"--ping-key", "cookie"},
+		{"--rate-key", "cookie"},
+		{"--rate-key", "user,user"},
 		{"--endpoint-fold", "cases"},
 		{"--ipv6-prefix", "0"},
 		{"--api-keys-file", "/nonexistent/keys"},

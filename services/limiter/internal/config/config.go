@@ -149,6 +149,8 @@ type Config struct {
 	IdentityHeaders identity.Trust
 	// PingKey are /ping's key sources, first that applies wins.
 	PingKey []identity.Source
+	// RateKey are the key sources of /rate/check and /rate/status.
+	RateKey []identity.Source
 	// APIKeysFile holds the SHA-256 digests of the accepted X-Api-Key
 	// values, one per line; re-read on SIGHUP. Empty: none.
 	APIKeysFile string
@@ -211,6 +213,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("internal_addr", c.InternalAddr),
 		slog.String("identity_headers", c.IdentityHeaders.String()),
 		slog.Any("ping_key", c.PingKey),
+		slog.Any("rate_key", c.RateKey),
 		slog.String("api_keys_file", c.APIKeysFile),
 		slog.String("endpoint_fold", c.EndpointFold.String()),
 		slog.Duration("offenders_window", c.OffendersWindow),

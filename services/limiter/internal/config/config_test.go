@@ -110,7 +110,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"log-level": "debug", "log-format": "json",
 		"redis-pool-size": "7", "redis-timeout": "750ms", "redis-breaker-cooldown": "3s", "redis-client-time": "true",
 		"offenders-window": "5m", "offenders-raw-keys": "true", "decision-timeout": "2s",
-		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer",
+		"internal-addr": "127.0.0.1:10", "identity-headers": "trusted-proxies", "ping-key": "api_key, peer", "rate-key": "api_key, user",
 		"api-keys-file": apiKeys, "ipv6-prefix": "56", "endpoint-fold": "case,slashes",
 		"max-conns": "500", "max-conns-per-client": "50", "memory-refuse-when-full": "true",
 		"envoy-merge-domain-config": "true", "envoy-response-dynamic-metadata": "true",
@@ -146,6 +146,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, "127.0.0.1:10", c.InternalAddr)
 		assert.Equal(t, identity.HeadersFromTrustedProxies, c.IdentityHeaders)
 		assert.Equal(t, []identity.Source{identity.APIKey, identity.Peer}, c.PingKey)
+		assert.Equal(t, []identity.Source{identity.APIKey, identity.User}, c.RateKey)
 		assert.Equal(t, apiKeys, c.APIKeysFile)
 		assert.Equal(t, 56, c.IPv6Prefix)
 		assert.Equal(t, canon.FoldCase|canon.FoldSlashes, c.EndpointFold)

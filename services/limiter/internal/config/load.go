@@ -146,6 +146,11 @@ var settings = []setting{
 		c.PingKey = s
 		return err
 	}},
+	{"rate-key", "user", "the key sources of /rate/check and /rate/status, comma-separated, first that applies wins: user (X-User-Id, a positive integer, as seed 001), api_key, header, peer (as --ping-key); /rate/reset/{userId} forgets user counters only", func(c *Config, v string) error {
+		s, err := identity.ParseSources(splitList(v))
+		c.RateKey = s
+		return err
+	}},
 	{"api-keys-file", "", "file of the SHA-256 digests (hex, one per line) of the accepted X-Api-Key values; re-read on SIGHUP. Empty: no API key is accepted", func(c *Config, v string) error {
 		if v != "" {
 			if _, err := identity.LoadAPIKeys(v); err != nil {

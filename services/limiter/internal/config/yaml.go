@@ -72,7 +72,7 @@ func (c *Config) yamlRoot(root *yaml.Node) error {
 }
 
 // listSettings are the settings whose YAML value may also be a list.
-var listSettings = []string{"trusted_proxies", "ping_key", "endpoint_fold"}
+var listSettings = []string{"trusted_proxies", "ping_key", "rate_key", "endpoint_fold"}
 
 // settingText returns a setting's value as the text a flag would carry;
 // a list setting may also be a YAML list.

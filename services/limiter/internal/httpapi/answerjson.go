@@ -47,7 +47,12 @@ func (p pingBody) appendJSON(b []byte) []byte {
 
 func (r checkBody) appendJSON(b []byte) []byte {
 	b = appendJSONString(append(b, `{"result":`...), r.Result)
-	b = strconv.AppendInt(append(b, `,"user_id":`...), r.UserID, 10)
+	if r.UserID != 0 {
+		b = strconv.AppendInt(append(b, `,"user_id":`...), r.UserID, 10)
+	}
+	if r.Key != "" {
+		b = appendJSONString(append(b, `,"key":`...), r.Key)
+	}
 	b = appendJSONString(append(b, `,"endpoint":`...), r.Endpoint)
 	b = strconv.AppendInt(append(b, `,"count":`...), r.Count, 10)
 	b = strconv.AppendInt(append(b, `,"limit":`...), r.Limit, 10)

@@ -27,6 +27,7 @@ func TestAnswersLikeEncodingJSON(t *testing.T) {
 			n := int64(i*1000 - j*7)
 			sameJSON(t, pingBody{Key: s, Count: n, Limit: math.MaxInt64, Remaining: -n, ResetAfter: f})
 			sameJSON(t, checkBody{Result: "ok", UserID: n, Endpoint: s, Count: n, Limit: 10, Remaining: math.MinInt64, ResetAfter: f})
+			sameJSON(t, checkBody{Result: "ok", Key: s, Endpoint: s, Count: n, Limit: 10, ResetAfter: f}) // --rate-key other than user
 			sameJSON(t, v1Body{Allowed: i%2 == 0, Limit: n, Remaining: n, Count: n, ResetAfter: f, RetryAfter: answerFloats[len(answerFloats)-1-j],
 				Policy: s, Key: answerStrings[len(answerStrings)-1-i], ShadowDenied: j%2 == 0})
 		}

@@ -43,9 +43,12 @@ type (
 		WindowStart string  `json:"window_start"`
 		ResetAfter  float64 `json:"reset_after"`
 	}
+	// checkBody and rateStatusBody name the client by user_id (source
+	// user, always positive) or by key (the other sources), never both.
 	checkBody struct {
 		Result     string  `json:"result"`
-		UserID     int64   `json:"user_id"`
+		UserID     int64   `json:"user_id,omitempty"`
+		Key        string  `json:"key,omitempty"`
 		Endpoint   string  `json:"endpoint"`
 		Count      int64   `json:"count"`
 		Limit      int64   `json:"limit"`
@@ -53,7 +56,8 @@ type (
 		ResetAfter float64 `json:"reset_after"`
 	}
 	rateStatusBody struct {
-		UserID        int64   `json:"user_id"`
+		UserID        int64   `json:"user_id,omitempty"`
+		Key           string  `json:"key,omitempty"`
 		Endpoint      string  `json:"endpoint"`
 		Count         int64   `json:"count"`
 		Limit         int64   `json:"limit"`
@@ -92,20 +96,60 @@ func decided(c *gin.Context, plan *decide.Plan, v decide.Verdict) *problem {
 // clientIdentity resolves /ping's identity from the configured key
 // sources: 400 for a repeated or invalid header, 401 for an unknown API key.
 func (h *handler) clientIdentity(c *gin.Context, s *snapshot.Snapshot) (identity.Identity, *problem) {
-	r := identityRequest(c)
-	id, err := s.Identity.Resolve(r, h.pingSources)
+	id, err := s.Identity.Resolve(identityRequest(c), h.pingSources)
+	return id, identityProblem(id, err)
+}
+
+// identityProblem is the problem of a resolved identity: 400 for a repeated
+// or invalid header, 401 for an unknown API key, nil when id is usable.
+func identityProblem(id identity.Identity, err error) *problem {
 	switch {
 	case errors.Is(err, identity.ErrUnknownAPIKey):
-		return id, fail(http.StatusUnauthorized, "X-Api-Key is not one of the operator's keys")
+		return fail(http.StatusUnauthorized, "X-Api-Key is not one of the operator's keys")
 	case errors.Is(err, identity.ErrNoIdentity):
-		return id, fail(http.StatusBadRequest, "no key source applies to this request")
+		return fail(http.StatusBadRequest, "no key source applies to this request")
 	case err != nil:
-		return id, fail(http.StatusBadRequest, detail(err))
+		return fail(http.StatusBadRequest, detail(err))
 	}
 	if err := ValidateText(string(id.Source)+" key", id.Subject, limiter.MaxKeyLen, 0); err != nil {
-		return id, fail(http.StatusBadRequest, detail(err))
+		return fail(http.StatusBadRequest, detail(err))
 	}
-	return id, nil
+	return nil
+}
+
+// rateClient is whose budget a /rate/* request spends: a user id (source
+// user) or another source's key.
+type rateClient struct {
+	userID  int64  // > 0 for source user
+	key     string // what answers show for the other sources
+	subject string // the store key, in its source's namespace
+}
+
+// rateIdentity resolves the /rate/* client from the route's key sources,
+// first that applies wins. user keeps seed 001's rules (docs/seeds.md):
+// X-User-Id must be one positive decimal integer, believed from this
+// client, else 400; it is skipped for a later source when absent or not
+// believed, and as the last source its absence is that 400 (ATK-01).
+func (h *handler) rateIdentity(c *gin.Context, s *snapshot.Snapshot) (rateClient, *problem) {
+	r := identityRequest(c)
+	for i, src := range h.rateSources {
+		if src == identity.User {
+			if i < len(h.rateSources)-1 && (c.GetHeader(identity.UserIDHeader) == "" || !s.Identity.HeadersBelieved(r)) {
+				continue
+			}
+			uid, subject, p := userIdentity(c, s)
+			return rateClient{userID: uid, subject: subject}, p
+		}
+		id, err := s.Identity.Resolve(r, []identity.Source{src})
+		if errors.Is(err, identity.ErrNoIdentity) {
+			continue
+		}
+		if p := identityProblem(id, err); p != nil {
+			return rateClient{}, p
+		}
+		return rateClient{key: id.Key, subject: id.Subject}, nil
+	}
+	return rateClient{}, fail(http.StatusBadRequest, "no key source applies to this request")
 }
 
 // identityRequest is what identity.Resolver reads of c's request.
@@ -182,11 +226,11 @@ func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 }
 
 func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	uid, subject, p := userIdentity(c, s)
+	client, p := h.rateIdentity(c, s)
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, subject)
+	c.Set(ctxClient, client.subject)
 	obj, p := readObject(c)
 	if p != nil {
 		return answer{}, p
@@ -198,7 +242,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 	if endpoint, p = h.endpoint(endpoint); p != nil {
 		return answer{}, p
 	}
-	v, err := s.Decider.Route(c.Request.Context(), s.Check, limiter.Key{Subject: subject, Scope: endpoint}, 1, "")
+	v, err := s.Decider.Route(c.Request.Context(), s.Check, limiter.Key{Subject: client.subject, Scope: endpoint}, 1, "")
 	if err != nil {
 		return answer{}, unavailable(err)
 	}
@@ -206,7 +250,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(checkBody{Result: "ok", UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
+	return ok(checkBody{Result: "ok", UserID: client.userID, Key: client.key, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
 }
 
 // endpoint puts an endpoint in its canonical form: 422 for a control
@@ -236,22 +280,22 @@ func (h *handler) endpointQuery(c *gin.Context) (string, *problem) {
 }
 
 func (h *handler) handleRateStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	uid, subject, p := userIdentity(c, s)
+	client, p := h.rateIdentity(c, s)
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, subject)
+	c.Set(ctxClient, client.subject)
 	endpoint, p := h.endpointQuery(c)
 	if p != nil {
 		return answer{}, p
 	}
 	policy := s.Check.Policies()[0]
-	d, err := s.Decider.Peek(c.Request.Context(), policy, limiter.Key{Subject: subject, Scope: endpoint})
+	d, err := s.Decider.Peek(c.Request.Context(), policy, limiter.Key{Subject: client.subject, Scope: endpoint})
 	if err != nil {
 		return answer{}, unavailable(err)
 	}
 	return ok(rateStatusBody{
-		UserID: uid, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining,
+		UserID: client.userID, Key: client.key, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining,
 		WindowSeconds: int64(policy.Window / time.Second), ResetAfter: httplimit.Seconds(d.ResetAfter),
 	}), nil
 }

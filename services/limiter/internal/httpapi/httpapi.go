@@ -48,6 +48,9 @@ type Options struct {
 	// means header then peer: seed 000's X-Client-Key (docs/seeds.md), else
 	// the address.
 	PingSources []identity.Source
+	// RateSources are /rate/check's and /rate/status's key sources, first
+	// that applies wins; empty means user (seed 001's X-User-Id).
+	RateSources []identity.Source
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold
 	// AdminFailures bounds the failed admin attempts of one client per
@@ -82,6 +85,7 @@ type handler struct {
 	adminKey    *[32]byte              // SHA-256 of the admin key; nil when unset
 	draining    func() bool
 	pingSources []identity.Source
+	rateSources []identity.Source
 	fold        canon.Fold
 	guard       *adminGuard
 	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
@@ -95,10 +99,13 @@ func New(o Options) (*gin.Engine, error) {
 	if o.Snapshot == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
-	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, fold: o.EndpointFold,
+	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, rateSources: o.RateSources, fold: o.EndpointFold,
 		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
+	}
+	if len(h.rateSources) == 0 {
+		h.rateSources = []identity.Source{identity.User}
 	}
 	if len(h.pingSources) == 0 {
 		h.pingSources = []identity.Source{identity.Header, identity.Peer}
