@@ -57,6 +57,9 @@ const (
 // reloads a missing script nor drops a connection that answered READONLY (a
 // demoted primary), so a call that got NOSCRIPT or READONLY there is sent
 // again alone with Script.Run, which does both: neither reply ran the script.
+// A call whose reply is a cluster redirection (MOVED, ASK: the script did
+// not run either) is sent on to the node it names (follow), within the same
+// deadline.
 type batcher struct {
 	router       router
 	lag          *lagMonitor
@@ -218,7 +221,7 @@ func (b *batcher) send(node *redis.Client, jobs []*job) {
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(jobs))
 	if len(jobs) == 1 {
-		cmds[0] = jobs[0].script.Run(ctx, node, jobs[0].keys, jobs[0].args...)
+		cmds[0] = runScript(ctx, node, false, jobs[0].script, jobs[0].keys, jobs[0].args...)
 	} else {
 		// Exec's error is the first command's error; each command has its own.
 		_, _ = node.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -229,24 +232,44 @@ func (b *batcher) send(node *redis.Client, jobs []*job) {
 		})
 		for i, j := range jobs {
 			if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsReadOnlyError(err) {
-				cmds[i] = j.script.Run(ctx, node, j.keys, j.args...)
+				cmds[i] = runScript(ctx, node, false, j.script, j.keys, j.args...)
 			}
 		}
 	}
 	// One outcome per round trip: the worst of its calls.
+	o := b.worst(cmds)
+	if o == failed {
+		b.router.failed()
+	}
+	b.report(node, o)
+	redirected := false
+	for i, j := range jobs {
+		if addr, _ := redirection(cmds[i].Err(), node); addr == "" {
+			continue
+		}
+		redirected = true
+		_ = follow(ctx, b.router, b.report, b.classify, node, cmds[i].Err(), func(ctx context.Context, to *redis.Client, asking bool) error {
+			cmds[i] = runScript(ctx, to, asking, j.script, j.keys, j.args...)
+			return cmds[i].Err()
+		})
+	}
+	if redirected { // the answers' outcome: that of their last round trip
+		o = b.worst(cmds)
+	}
+	for i, j := range jobs {
+		answer(j, cmds[i], o, nil)
+	}
+}
+
+// worst returns the worst outcome of cmds' replies.
+func (b *batcher) worst(cmds []*redis.Cmd) outcome {
 	o := succeeded
 	for _, cmd := range cmds {
 		if c := b.classify(cmd.Err()); c == failed || c == abandoned && o == succeeded {
 			o = c
 		}
 	}
-	if o == failed {
-		b.router.failed()
-	}
-	b.report(node, o)
-	for i, j := range jobs {
-		answer(j, cmds[i], o, nil)
-	}
+	return o
 }
 
 // answer sets j's result, from cmd when err is nil, and signals its caller.

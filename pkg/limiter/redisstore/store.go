@@ -32,7 +32,9 @@
 // the failure ratio of recent round trips and, open, fails calls at once
 // while Redis is down, then lets a few probes through with a generous
 // timeout (WithProbeTimeout), so the store recovers by itself. No call is
-// ever retried: a script whose reply was lost may have counted.
+// ever retried: a script whose reply was lost may have counted. A Redis
+// Cluster redirection (MOVED, ASK) is a reply that says the script did not
+// run: the call is sent on to the node it names (at most three times).
 //
 // It needs Redis 5 or later (a script that reads TIME and then writes relies
 // on effects replication, the default since 5.0).
@@ -391,16 +393,17 @@ func (s *Store) direct(ctx context.Context, op string, fn func(ctx context.Conte
 }
 
 // onNode makes one round trip, fn, to the node that owns key and reports its
-// outcome as judge says.
-func (s *Store) onNode(ctx context.Context, key string, judge func(error) outcome, fn func(context.Context, *redis.Client) error) error {
+// outcome as judge says; a redirection is followed (follow tells fn whether
+// it must send ASKING first).
+func (s *Store) onNode(ctx context.Context, key string, judge func(error) outcome, fn func(ctx context.Context, node *redis.Client, asking bool) error) error {
 	node, err := s.router.nodeFor(ctx, key)
 	if err != nil {
 		s.router.failed()
 		return err
 	}
-	err = fn(ctx, node)
+	err = fn(ctx, node, false)
 	s.report(node, judge(err))
-	return err
+	return follow(ctx, s.router, s.report, judge, node, err, fn)
 }
 
 // wrap prefixes err with the operation and says what kind of failure it is:
@@ -435,17 +438,15 @@ func (s *Store) report(node *redis.Client, o outcome) {
 
 // classify tells what an error of a round trip says about Redis.
 func (s *Store) classify(err error) outcome {
-	var moved bool
-	if _, ok := redis.IsMovedError(err); ok {
-		moved = true
-	} else if _, ok := redis.IsAskError(err); ok {
-		moved = true
-	}
+	_, moved := redis.IsMovedError(err)
+	_, ask := redis.IsAskError(err)
 	switch {
 	case err == nil:
 		return succeeded
 	case moved: // the slot moved: Redis answered, the slot map is stale
 		s.router.failed()
+		return succeeded
+	case ask: // the slot is moving: Redis answered, the slot map still holds
 		return succeeded
 	case errors.Is(err, errNotSent), errors.Is(err, redis.ErrPoolTimeout), errors.Is(err, context.Canceled):
 		return abandoned
@@ -520,7 +521,8 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 	for {
 		var keys []string
 		err := s.direct(ctx, "reset subject", func(ctx context.Context, judge func(error) outcome) error {
-			return s.onNode(ctx, prefix, judge, func(ctx context.Context, node *redis.Client) error {
+			// SCAN names no key: no node redirects it.
+			return s.onNode(ctx, prefix, judge, func(ctx context.Context, node *redis.Client, _ bool) error {
 				var err error
 				keys, cursor, err = node.Scan(ctx, cursor, prefix+"*", 1000).Result()
 				return err
@@ -546,9 +548,9 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 func (s *Store) reset(ctx context.Context, op string, keys []string) (int64, error) {
 	var n int64
 	err := s.direct(ctx, op, func(ctx context.Context, judge func(error) outcome) error {
-		return s.onNode(ctx, keys[0], judge, func(ctx context.Context, node *redis.Client) error {
+		return s.onNode(ctx, keys[0], judge, func(ctx context.Context, node *redis.Client, asking bool) error {
 			var err error
-			n, err = resetScript.Run(ctx, node, keys).Int64()
+			n, err = runScript(ctx, node, asking, resetScript, keys).Int64()
 			return err
 		})
 	})

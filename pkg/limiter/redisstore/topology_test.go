@@ -3,9 +3,11 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -22,10 +24,10 @@ import (
 // decide again.
 const recoverWithin = 5 * time.Second
 
-// openURL opens a store on url with prefix, closed at cleanup.
-func openURL(t testing.TB, url, prefix string) *Store {
+// openURL opens a store on url with prefix and opts, closed at cleanup.
+func openURL(t testing.TB, url, prefix string, opts ...Option) *Store {
 	t.Helper()
-	s, err := Open(url, WithPrefix(prefix), WithTimeout(testTimeout))
+	s, err := Open(url, append([]Option{WithPrefix(prefix), WithTimeout(testTimeout)}, opts...)...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -143,6 +145,10 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 	})
+	t.Run("slot migration", func(t *testing.T) {
+		// The caller's time: no window starts while the slot moves.
+		slotMigration(t, c, []*Store{openURL(t, c.URL(), prefix, WithClientTime()), openURL(t, c.URL(), prefix, WithClientTime())}, prefix)
+	})
 	t.Run("failover", func(t *testing.T) {
 		var dead string
 		for addr := range primaries {
@@ -177,4 +183,81 @@ func TestSentinel(t *testing.T) {
 		failover(t, stores, prefix, 1, owner, primary, func() { x.Node(primary).Stop() }, func() { x.WaitPromoted(primary) })
 		assert.NotEqual(t, primary, x.Primary())
 	})
+}
+
+// slotMigration moves the slot of one subject's keys to another primary
+// while the stores decide on them without pause, and in each phase of the
+// move decides on a key the source holds (or held) and on one it never had:
+// the source then answers ASK, and MOVED once the move is done. No decision
+// may fail, and every key counts exactly the attempts it was allowed.
+func slotMigration(t *testing.T, c *redistest.Cluster, stores []*Store, prefix string) {
+	p := policy("moving", limiter.FixedWindow, 1_000_000, time.Hour)
+	key := func(scope string) limiter.Key { return limiter.Key{Subject: "mover", Scope: scope} }
+	name := func(scope string) string { return keyName(prefix, p.Name, key(scope), suffixOf(t, p.Algorithm)) }
+	slot, from := c.SlotOf(name("")), c.OwnerOf(name(""))
+	var to string
+	for addr := range c.Primaries() {
+		if addr != from && (to == "" || addr < to) {
+			to = addr
+		}
+	}
+	var (
+		mu       sync.Mutex
+		counts   = map[string]int64{}
+		failures []error
+	)
+	attempt := func(s *Store, scope string) {
+		d, err := s.Allow(context.Background(), p, limiter.Request{Key: key(scope), Cost: 1, Now: base})
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case err != nil:
+			failures = append(failures, fmt.Errorf("scope %s: %w", scope, err))
+		case !d.Allowed:
+			failures = append(failures, fmt.Errorf("scope %s: refused under a limit never reached", scope))
+		default:
+			counts[scope]++
+		}
+	}
+	for i := range 8 { // keys on the source before the move
+		attempt(stores[i%2], fmt.Sprintf("old-%d", i%4))
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				attempt(stores[g%2], fmt.Sprintf("busy-%d", (g+i)%6))
+			}
+		})
+	}
+	c.MoveSlot(slot, to, func(phase string) {
+		for _, s := range stores {
+			attempt(s, "old-0")
+			attempt(s, "new-"+phase)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Empty(t, failures, "in phase %s", phase)
+	})
+	close(stop)
+	wg.Wait()
+	require.Empty(t, failures)
+	assert.Equal(t, to, c.OwnerOf(name("")), "the slot moved")
+	dest := redis.NewClient(&redis.Options{Addr: to})
+	defer dest.Close()
+	for scope, n := range counts {
+		d, err := stores[0].Peek(context.Background(), p, key(scope), base)
+		require.NoError(t, err)
+		assert.Equal(t, n, d.Count, "scope %s", scope)
+		exists, err := dest.Exists(context.Background(), name(scope)).Result()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), exists, "scope %s's key on the new owner %s", scope, to)
+	}
+	assert.Greater(t, counts["busy-0"], int64(0), "decisions ran during the move")
 }

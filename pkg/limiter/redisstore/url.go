@@ -152,6 +152,9 @@ type router interface {
 	eachPrimary(ctx context.Context, fn func(context.Context, *redis.Client) error) error
 	// name returns how metrics and errors name node.
 	name(node *redis.Client) string
+	// nodeAt returns the client of the node at addr, which a MOVED or ASK
+	// redirection named (Cluster only).
+	nodeAt(addr string) (*redis.Client, error)
 	// failed tells the router that a call to node failed: the topology may
 	// have changed (a cluster reloads its slot map, lazily).
 	failed()
@@ -176,7 +179,12 @@ func newRouter(t Target, o ioOptions) router {
 			ContextTimeoutEnabled: true, DialerRetries: 1, MaxRetries: -1, MaxRedirects: -1, DisableIdentity: true,
 			MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 		})
-		return &clusterRouter{c: c}
+		node := func(addr string) *redis.Client {
+			opt := redis.Options{Addr: addr, Username: t.username, Password: t.password, TLSConfig: tlsConfig, PoolSize: o.poolSize}
+			o.apply(&opt)
+			return redis.NewClient(&opt)
+		}
+		return &clusterRouter{c: c, newNode: node, nodes: map[string]*redis.Client{}}
 	case Sentinel:
 		c := redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: t.Master, SentinelAddrs: t.Addrs, Username: t.username, Password: t.password, DB: t.DB, TLSConfig: tlsConfig,
@@ -189,13 +197,19 @@ func newRouter(t Target, o ioOptions) router {
 	if o.poolSize > 0 {
 		opt.PoolSize = o.poolSize
 	}
+	o.apply(&opt)
+	return &singleRouter{c: redis.NewClient(&opt), label: opt.Addr}
+}
+
+// apply sets the I/O settings of a client of one node: a server, or a
+// cluster node that a redirection named.
+func (o ioOptions) apply(opt *redis.Options) {
 	opt.DialTimeout, opt.ReadTimeout, opt.WriteTimeout, opt.PoolTimeout = o.dial, o.timeout, o.timeout, o.timeout
 	opt.ContextTimeoutEnabled = true
 	opt.DialerRetries = 1 // one dial per attempt: a refused dial fails the call at once
 	opt.MaxRetries = -1
 	opt.DisableIdentity = true // no CLIENT SETINFO round trip on each dial
 	opt.MaintNotificationsConfig = &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}
-	return &singleRouter{c: redis.NewClient(&opt), label: opt.Addr}
 }
 
 // singleRouter is one client: a server, or Sentinel's current primary (the
@@ -220,14 +234,23 @@ func (r *singleRouter) name(*redis.Client) string { return r.label }
 func (r *singleRouter) failed()                   {}
 func (r *singleRouter) close() error              { return r.c.Close() }
 
+func (r *singleRouter) nodeAt(addr string) (*redis.Client, error) {
+	return nil, fmt.Errorf("%s redirected the call to %s, and it is not a cluster node", r.label, addr)
+}
+
 // clusterRouter routes each key to its slot's primary with go-redis's slot
 // map, and sends to that node's own client: the ClusterClient's Process and
 // Pipelined would retry a call whose connection broke after it was written
 // (they retry network errors with redirects), and a script may have run by
-// then. Redirections (MOVED, ASK) are not followed: the call fails without
-// having run and the slot map is reloaded for the next ones.
+// then. The store follows redirections (MOVED, ASK) itself (see follow),
+// through clients of its own for the nodes they name: a node that imports a
+// slot may own none yet, and go-redis has no client for it.
 type clusterRouter struct {
-	c *redis.ClusterClient
+	c       *redis.ClusterClient
+	newNode func(addr string) *redis.Client
+
+	mu    sync.Mutex
+	nodes map[string]*redis.Client // redirection targets, by address
 }
 
 func (r *clusterRouter) nodeFor(ctx context.Context, key string) (*redis.Client, error) {
@@ -255,4 +278,29 @@ func (r *clusterRouter) eachPrimary(ctx context.Context, fn func(context.Context
 
 func (r *clusterRouter) name(node *redis.Client) string { return node.Options().Addr }
 func (r *clusterRouter) failed()                        { r.c.ReloadState(context.Background()) }
-func (r *clusterRouter) close() error                   { return r.c.Close() }
+
+func (r *clusterRouter) nodeAt(addr string) (*redis.Client, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.nodes == nil {
+		return nil, errBatcherClosed
+	}
+	node, ok := r.nodes[addr]
+	if !ok {
+		node = r.newNode(addr)
+		r.nodes[addr] = node
+	}
+	return node, nil
+}
+
+func (r *clusterRouter) close() error {
+	r.mu.Lock()
+	nodes := r.nodes
+	r.nodes = nil
+	r.mu.Unlock()
+	errs := []error{r.c.Close()}
+	for _, node := range nodes {
+		errs = append(errs, node.Close())
+	}
+	return errors.Join(errs...)
+}

@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"testing"
@@ -101,6 +102,13 @@ func (c *Cluster) Primaries() map[string][]int {
 // OwnerOf returns the address of the primary that owns key's slot.
 func (c *Cluster) OwnerOf(key string) string {
 	c.t.Helper()
+	return c.ownerOfSlot(c.SlotOf(key))
+}
+
+// ownerOfSlot returns the address of the primary that owns slot, as the
+// first running node that answers sees it.
+func (c *Cluster) ownerOfSlot(slot int) string {
+	c.t.Helper()
 	for _, s := range c.Nodes {
 		if s.PID() == 0 {
 			continue
@@ -109,19 +117,13 @@ func (c *Cluster) OwnerOf(key string) string {
 		if err != nil {
 			continue
 		}
-		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
-		slot, err := rdb.ClusterKeySlot(context.Background(), key).Result()
-		_ = rdb.Close()
-		if err != nil {
-			continue
-		}
 		for _, r := range ranges {
-			if int64(r.Start) <= slot && slot <= int64(r.End) {
+			if int(r.Start) <= slot && slot <= int(r.End) {
 				return r.Nodes[0].Addr
 			}
 		}
 	}
-	c.t.Fatalf("redistest: no node knows the owner of %q", key)
+	c.t.Fatalf("redistest: no node knows the owner of slot %d", slot)
 	return ""
 }
 
@@ -249,4 +251,97 @@ func (c *Cluster) ClusterClient() *redis.ClusterClient {
 	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
 	c.t.Cleanup(func() { _ = cc.Close() })
 	return cc
+}
+
+// Phases of MoveSlot, after which it calls its at function.
+const (
+	// Migrating: the destination imports the slot, the source migrates it,
+	// no key has moved yet; the source answers ASK for keys it does not
+	// hold.
+	Migrating = "migrating"
+	// Migrated: every key of the slot is on the destination; the source
+	// answers ASK for all of them.
+	Migrated = "migrated"
+	// Moved: every primary names the destination as the slot's owner; the
+	// source answers MOVED.
+	Moved = "moved"
+)
+
+// MoveSlot moves slot, with its keys, from the primary that owns it to the
+// primary at to, as redis-cli --cluster reshard does: CLUSTER SETSLOT
+// IMPORTING on the destination and MIGRATING on the source, MIGRATE of every
+// key, then SETSLOT NODE on the destination, the source and the other
+// primaries. After each phase it calls at with the phase's name (Migrating,
+// Migrated, Moved), for the test to act in that state.
+func (c *Cluster) MoveSlot(slot int, to string, at func(phase string)) {
+	c.t.Helper()
+	ctx := context.Background()
+	owners := c.Primaries()
+	from := c.ownerOfSlot(slot)
+	if _, ok := owners[to]; !ok || from == to {
+		c.t.Fatalf("redistest: move slot %d from %s to %s: the destination must be another primary", slot, from, to)
+		return
+	}
+	clients := map[string]*redis.Client{}
+	ids := map[string]string{}
+	for addr := range owners {
+		rdb := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
+		defer rdb.Close()
+		id, err := rdb.Do(ctx, "cluster", "myid").Text()
+		c.must(err, "CLUSTER MYID on "+addr)
+		clients[addr], ids[addr] = rdb, id
+	}
+	c.must(clients[to].Do(ctx, "cluster", "setslot", slot, "importing", ids[from]).Err(), "SETSLOT IMPORTING")
+	c.must(clients[from].Do(ctx, "cluster", "setslot", slot, "migrating", ids[to]).Err(), "SETSLOT MIGRATING")
+	at(Migrating)
+	host, port, _ := net.SplitHostPort(to)
+	for {
+		keys, err := clients[from].ClusterGetKeysInSlot(ctx, slot, 100).Result()
+		c.must(err, "CLUSTER GETKEYSINSLOT")
+		if len(keys) == 0 {
+			break
+		}
+		args := []any{"migrate", host, port, "", 0, 5000, "keys"}
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		c.must(clients[from].Do(ctx, args...).Err(), "MIGRATE")
+	}
+	at(Migrated)
+	order := []string{to, from}
+	for addr := range owners {
+		if addr != to && addr != from {
+			order = append(order, addr)
+		}
+	}
+	for _, addr := range order {
+		c.must(clients[addr].Do(ctx, "cluster", "setslot", slot, "node", ids[to]).Err(), "SETSLOT NODE on "+addr)
+	}
+	at(Moved)
+}
+
+// SlotOf returns the slot of key (CLUSTER KEYSLOT).
+func (c *Cluster) SlotOf(key string) int {
+	c.t.Helper()
+	for _, s := range c.Nodes {
+		if s.PID() == 0 {
+			continue
+		}
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr(), MaxRetries: -1})
+		slot, err := rdb.ClusterKeySlot(context.Background(), key).Result()
+		_ = rdb.Close()
+		if err == nil {
+			return int(slot)
+		}
+	}
+	c.t.Fatalf("redistest: no node tells the slot of %q", key)
+	return 0
+}
+
+// must fails the test when err is not nil.
+func (c *Cluster) must(err error, what string) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatalf("redistest: %s: %v", what, err)
+	}
 }
