@@ -158,8 +158,27 @@ func twoInstancesOn(t *testing.T, tp *topology, dead string) {
 			}
 		}
 		probe := tp.subjectOn(t, "probe", dead, taken)
+		var others []string // probe subjects on the other primaries
+		for _, addr := range tp.primaries {
+			if addr != dead {
+				others = append(others, tp.subjectOn(t, "probe", addr, taken))
+			}
+		}
 
 		tp.kill(dead)
+		// Until the promotion, the other primaries keep deciding, even
+		// with a third of the traffic failing on the dead one: the circuit
+		// breaker (one per instance) opens at half.
+		for round := range 5 {
+			for i, in := range instances {
+				code, _, _ := check(t, in, "probe", probe)
+				t.Logf("round %d, instance %d: %d on the dead primary's key", round, i, code)
+				for _, subject := range others {
+					code, body, _ := check(t, in, "probe", subject)
+					assert.Equal(t, http.StatusOK, code, "instance %d, a surviving primary's key: %v", i, body)
+				}
+			}
+		}
 		tp.promoted(dead)
 		promoted := time.Now()
 		for i, in := range instances {
