@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +19,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
 func TestMain(m *testing.M) {
@@ -25,8 +28,21 @@ func TestMain(m *testing.M) {
 		os.Exit(flood(addr))
 	}
 	gin.SetMode(gin.TestMode)
+	// Every request the tests send with http.Get or the shared client, and
+	// every answer of the binary, is checked against the OpenAPI document.
+	checked, err := openapitest.NewCollector()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	http.DefaultTransport = checked.Wrap(http.DefaultTransport)
+	client.Transport = checked.Wrap(client.Transport)
 	code := m.Run()
 	removeSharedBinary()
+	if err := checked.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: answers the OpenAPI document does not describe:\n%v\n", err)
+		code = 1
+	}
 	os.Exit(code)
 }
 

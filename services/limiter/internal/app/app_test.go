@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -25,11 +26,25 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
+// TestMain checks every request the tests send with http.Get, http.Post or
+// http.DefaultClient, and every answer, against the OpenAPI document.
 func TestMain(m *testing.M) {
 	gin.SetMode(gin.TestMode)
-	os.Exit(m.Run())
+	checked, err := openapitest.NewCollector()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	http.DefaultTransport = checked.Wrap(http.DefaultTransport)
+	code := m.Run()
+	if err := checked.Err(); err != nil {
+		fmt.Fprintf(os.Stderr, "FAIL: answers the OpenAPI document does not describe:\n%v\n", err)
+		code = 1
+	}
+	os.Exit(code)
 }
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 45, 0, time.UTC)
@@ -211,7 +226,7 @@ func TestGracefulShutdownFinishesInFlightRequests(t *testing.T) {
 	r.Header.Set("X-User-Id", "5")
 	r.Header.Set("Expect", "100-continue")
 	r.ContentLength = int64(len(`{"endpoint":"/slow"}`))
-	client := &http.Client{Transport: &http.Transport{ExpectContinueTimeout: time.Minute}}
+	client := &http.Client{Transport: openapitest.Service(t).Transport(func(err error) { t.Error(err) }, &http.Transport{ExpectContinueTimeout: time.Minute})}
 	t.Cleanup(client.CloseIdleConnections)
 	answered := make(chan *http.Response, 1)
 	go func() {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
 // TestConcurrentChecksAreCountedExactly sends 500 concurrent /rate/check for
@@ -21,7 +23,7 @@ func TestConcurrentChecksAreCountedExactly(t *testing.T) {
 			s := newServer(t, sk.open(t))
 			ts := httptest.NewServer(s.engine)
 			t.Cleanup(ts.Close)
-			client := &http.Client{Transport: &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64}}
+			client := &http.Client{Transport: openapitest.Service(t).Transport(func(err error) { t.Error(err) }, &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64})}
 			t.Cleanup(client.CloseIdleConnections)
 
 			codes := make(chan int, n)

@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -200,10 +201,21 @@ func httptestRequest(method, target, body string) *http.Request {
 	return httptest.NewRequest(method, target, rd)
 }
 
-// serve runs r through the engine.
+// serve runs r through the engine and checks the request and the answer
+// against the OpenAPI document.
 func serve(s *server, r *http.Request) *httptest.ResponseRecorder {
+	s.t.Helper()
+	var body []byte
+	if r.Body != nil {
+		var err error
+		body, err = io.ReadAll(r.Body)
+		require.NoError(s.t, err)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	w := httptest.NewRecorder()
 	s.engine.ServeHTTP(w, r)
+	err := openapitest.Service(s.t).Check(openapitest.Exchange{Request: r, RequestBody: body, Status: w.Code, Header: w.Header(), Body: w.Body.Bytes()})
+	assert.NoError(s.t, err)
 	return w
 }
 

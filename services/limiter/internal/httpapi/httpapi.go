@@ -166,6 +166,7 @@ func New(o Options) (*gin.Engine, error) {
 	}
 	get("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	get("/readyz", h.serve(h.handleReady))
+	get("/openapi.json", handleOpenAPI)
 	if o.Listener != InternalRoutes {
 		get("/ping", h.serve(h.handlePing))
 		get("/status", h.serve(handleStatus))
