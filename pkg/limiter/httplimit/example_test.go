@@ -49,6 +49,26 @@ func Example() {
 	// 429 Too Many Requests "api";q=2;w=60 application/problem+json
 }
 
+// A server that allows each client address 100 requests a minute. The
+// README's "Use it in your Go server" is this program, with
+// http.ListenAndServe where the example sends one request.
+func Example_server() {
+	api := limiter.Policy{Name: "api", Algorithm: limiter.SlidingWindow, Limit: 100, Window: time.Minute}
+	lim, err := httplimit.New(memstore.New(), []limiter.Policy{api})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	handler := lim.Handle(mux) // log.Fatal(http.ListenAndServe("127.0.0.1:8081", lim.Handle(mux)))
+
+	w := httptest.NewRecorder()
+	handler.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/hello", nil))
+	fmt.Print(w.Code, " ", w.Header().Get("RateLimit-Policy"), " ", w.Header().Get("X-RateLimit-Remaining"), " ", w.Body.String())
+	// Output:
+	// 200 "api";q=100;w=60 99 hello
+}
+
 type ctxUser struct{}
 
 // Logged-in users are limited by their id, anonymous requests by address;
