@@ -91,7 +91,7 @@ func TestKeyBoundKeepsKeysApart(t *testing.T) {
 	assert.Equal(t, int64(1), n)
 	n, err = s.ResetSubject(ctx, p, keys[0].Subject)
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), n, "the window of keys[0]")
+	assert.Equal(t, int64(2), n, "the units of keys[0]'s window")
 
 	_, err = s.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: strings.Repeat("k", limiter.MaxKeyLen+1)}, Cost: 1, Now: t0})
 	assert.ErrorIs(t, err, limiter.ErrInvalidKey, "keys over MaxKeyLen are refused, not hashed")

@@ -63,7 +63,8 @@ func (l *Limiter) Peek(ctx context.Context, k Key) (Decision, error) {
 	return l.store.Peek(ctx, l.policy, k, l.clock.Now())
 }
 
-// Reset forgets k.
+// Reset forgets k and returns the units its state had counted (see
+// Store.Reset).
 func (l *Limiter) Reset(ctx context.Context, k Key) (int64, error) {
 	return l.store.Reset(ctx, l.policy, k)
 }

@@ -185,7 +185,7 @@ func TestLimiter(t *testing.T) {
 	require.NoError(t, err)
 	n, err := l.Reset(ctx, k)
 	require.NoError(t, err)
-	assert.Equal(t, int64(2), n, "two windows: the current one and the one before")
+	assert.Equal(t, int64(5), n, "the units of two windows: 4 in the one before, 1 in the current one")
 	d, err = l.Peek(ctx, other)
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), d.Count, "reset of one key only")

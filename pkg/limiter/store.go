@@ -13,9 +13,18 @@ type Store interface {
 	Allow(ctx context.Context, p Policy, r Request) (Decision, error)
 	// Peek returns the state of k under p at now without counting anything.
 	Peek(ctx context.Context, p Policy, k Key, now time.Time) (Decision, error)
-	// Reset forgets k under p and returns how many stored records it removed.
+	// Reset forgets k under p and returns the units the forgotten state had
+	// counted at its last update (not the records it was stored in):
+	//   - fixed_window, sliding_window: the counts of every window still
+	//     stored, not only the current one (Reset has no clock); a store keeps
+	//     a window until it is pruned or expires, so two stores may differ
+	//     after the windows roll over;
+	//   - sliding_log: the sum of the costs of the stored events;
+	//   - token_bucket: the units in flight right after its last admitted
+	//     attempt (the limit minus the tokens left then), without refill.
 	Reset(ctx context.Context, p Policy, k Key) (int64, error)
-	// ResetSubject forgets every key of subject under p, whatever its scope.
+	// ResetSubject forgets every key of subject under p, whatever its scope,
+	// and returns their units, as Reset.
 	ResetSubject(ctx context.Context, p Policy, subject string) (int64, error)
 	// Prune removes state that can no longer affect a decision at now: window
 	// rows older than two windows, log events older than one window. It

@@ -50,7 +50,7 @@ func testKeys(t *testing.T, newStore newStoreFunc) {
 			}
 			n, err := s.Reset(t.Context(), p, target)
 			require.NoError(t, err)
-			assert.Positive(t, n, "records removed")
+			assert.Positive(t, n, "units removed")
 			assert.Equal(t, int64(0), peek(t, s, p, target, base).Count)
 			for _, o := range others {
 				assert.Equal(t, int64(1), peek(t, s, o.p, o.k, base).Count, "%s %+v", o.p.Name, o.k)
@@ -84,7 +84,7 @@ func testKeys(t *testing.T, newStore newStoreFunc) {
 			}
 			n, err := s.ResetSubject(t.Context(), p, "u1")
 			require.NoError(t, err)
-			assert.GreaterOrEqual(t, n, int64(len(gone)), "records removed")
+			assert.GreaterOrEqual(t, n, int64(len(gone)), "units removed")
 			for _, k := range gone {
 				assert.Equal(t, int64(0), peek(t, s, p, k, base).Count, "%+v", k)
 			}
@@ -125,5 +125,40 @@ func testKeys(t *testing.T, newStore newStoreFunc) {
 				assert.Equal(t, p2.Limit-i-1, d.Remaining)
 			}
 		})
+	})
+}
+
+// testResetUnits checks that Reset and ResetSubject return the units the
+// forgotten state counted, not the records that held them: 7 attempts of
+// cost 1 in one window are one fixed window row but 7 units, costs 2 and 3
+// at two instants are two log events but 5 units.
+func testResetUnits(t *testing.T, newStore newStoreFunc) {
+	forEach(t, newStore, exact, func(t *testing.T, s limiter.Store, alg limiter.Algorithm) {
+		p := policy("units", alg, 10, time.Minute)
+		ones, costs := limiter.Key{Subject: "u", Scope: "ones"}, limiter.Key{Subject: "u", Scope: "costs"}
+		hit := func(k limiter.Key, cost int64, at time.Time) {
+			t.Helper()
+			require.True(t, allow(t, s, p, k, cost, at).Allowed, "%+v cost %d", k, cost)
+		}
+		for range 7 {
+			hit(ones, 1, base)
+		}
+		hit(costs, 2, base)
+		hit(costs, 3, base.Add(time.Second))
+		n, err := s.Reset(t.Context(), p, ones)
+		require.NoError(t, err)
+		assert.Equal(t, int64(7), n, "units of 7 attempts of cost 1")
+		n, err = s.Reset(t.Context(), p, costs)
+		require.NoError(t, err)
+		assert.Equal(t, int64(5), n, "units of costs 2 and 3")
+
+		for range 7 {
+			hit(ones, 1, base)
+		}
+		hit(costs, 2, base)
+		hit(costs, 3, base.Add(time.Second))
+		n, err = s.ResetSubject(t.Context(), p, "u")
+		require.NoError(t, err)
+		assert.Equal(t, int64(12), n, "units of both scopes")
 	})
 }

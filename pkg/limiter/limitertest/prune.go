@@ -75,7 +75,7 @@ func testPrune(t *testing.T, newStore newStoreFunc) {
 			for _, k := range gone {
 				n, err := pruned.Reset(t.Context(), p, k)
 				require.NoError(t, err)
-				assert.Equal(t, int64(0), n, "%+v was pruned but still had records", k)
+				assert.Equal(t, int64(0), n, "%+v was pruned but still had units", k)
 			}
 			n, err = pruned.Prune(t.Context(), at, []limiter.Policy{p})
 			require.NoError(t, err)
@@ -84,12 +84,12 @@ func testPrune(t *testing.T, newStore newStoreFunc) {
 		for _, k := range gone {
 			n, err := twin.Reset(t.Context(), p, k)
 			require.NoError(t, err)
-			assert.Positive(t, n, "%+v lost its records without a prune", k)
+			assert.Positive(t, n, "%+v lost its units without a prune", k)
 		}
 		for _, k := range live {
 			n, err := pruned.Reset(t.Context(), p, k)
 			require.NoError(t, err)
-			assert.Positive(t, n, "%+v lost its records in the prune", k)
+			assert.Positive(t, n, "%+v lost its units in the prune", k)
 			_, err = twin.Reset(t.Context(), p, k)
 			require.NoError(t, err)
 			allow(t, pruned, p, k, 2, at.Add(time.Second))

@@ -65,6 +65,7 @@ func Run(t *testing.T, newStore func(t testing.TB) limiter.Store) {
 	t.Run("FullBucket", func(t *testing.T) { testFullBucket(t, newStore) })
 	t.Run("Concurrency", func(t *testing.T) { testConcurrency(t, newStore) })
 	t.Run("Keys", func(t *testing.T) { testKeys(t, newStore) })
+	t.Run("ResetUnits", func(t *testing.T) { testResetUnits(t, newStore) })
 	t.Run("Prune", func(t *testing.T) { testPrune(t, newStore) })
 	t.Run("BadInput", func(t *testing.T) { testBadInput(t, newStore) })
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })

@@ -33,6 +33,7 @@ type state struct {
 	// read its previous window after the clock stepped back by one window.
 	slots  [3]slot
 	tat    int64           // token bucket: theoretical arrival time, Unix ns; 0 for none
+	held   int64           // token bucket: units in flight when tat was set
 	events []limiter.Event // sliding log: oldest first
 }
 
@@ -69,7 +70,9 @@ func (e *entry) decide(p limiter.Policy, cost int64, now time.Time) (limiter.Dec
 		return d, nil
 	case limiter.TokenBucket:
 		d, tat := limiter.TokenBucketDecide(p, e.tat, cost, now)
-		e.tat = tat
+		if tat != e.tat {
+			e.tat, e.held = tat, d.Count
+		}
 		return d, nil
 	case limiter.SlidingLog, limiter.SlidingLogUnsafe: // the unsafe one only peeks here
 		n := now.UnixNano()
@@ -151,7 +154,7 @@ func (e *entry) prune(now int64) (int64, error) {
 		return n, nil
 	case limiter.TokenBucket:
 		if e.tat != 0 && e.tat <= now { // full again: the same as no bucket
-			e.tat = 0
+			e.tat, e.held = 0, 0
 			return 1, nil
 		}
 		return 0, nil
@@ -183,6 +186,20 @@ func (e *entry) records() int64 {
 		n++
 	}
 	return n + int64(len(e.events))
+}
+
+// units returns the cost units e's state counted at its last update (see
+// limiter.Store's Reset): its windows' counts, its events' costs, its
+// bucket's units in flight.
+func (e *entry) units() int64 {
+	n := e.held
+	for _, s := range e.slots {
+		n += s.count
+	}
+	for _, ev := range e.events {
+		n += ev.Cost
+	}
+	return n
 }
 
 // eventsPerRecord is how many sliding log events weigh as much as a key in

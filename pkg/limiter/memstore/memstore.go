@@ -369,8 +369,8 @@ func (s *Store) Peek(_ context.Context, p limiter.Policy, k limiter.Key, now tim
 	return fresh.decide(p, 0, now)
 }
 
-// Reset forgets k under p and returns how many records it held: window
-// counts, log events, or its bucket.
+// Reset forgets k under p and returns the units its state counted (see
+// limiter.Store).
 func (s *Store) Reset(_ context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	if err := validate(p, k); err != nil {
 		return 0, fmt.Errorf("memstore: reset: %w", err)
@@ -387,11 +387,11 @@ func (s *Store) Reset(_ context.Context, p limiter.Policy, k limiter.Key) (int64
 		return 0, nil
 	}
 	sh.remove(e.index)
-	return e.records(), nil
+	return e.units(), nil
 }
 
 // ResetSubject forgets every key of subject under p, whatever its scope, and
-// returns how many records they held. It visits every shard, one at a time.
+// returns the units their state counted. It visits every shard, one at a time.
 func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
 	if err := validate(p, limiter.Key{Subject: subject}); err != nil {
 		return 0, fmt.Errorf("memstore: reset subject: %w", err)
@@ -400,7 +400,7 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 		if e.key.policy != p.Name || e.key.subject != subject {
 			return 0
 		}
-		n := e.records()
+		n := e.units()
 		e.state = state{}
 		return n
 	})

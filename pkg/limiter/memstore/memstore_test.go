@@ -77,7 +77,7 @@ func TestEvictsTheEarliestExpiry(t *testing.T) {
 	for subject, want := range map[string]int64{"a": 1, "b": 0, "c": 1, "d": 1} {
 		n, err := s.Reset(t.Context(), p, limiter.Key{Subject: subject})
 		require.NoError(t, err)
-		assert.Equal(t, want, n, "records of %q", subject)
+		assert.Equal(t, want, n, "units of %q", subject)
 	}
 }
 
@@ -220,13 +220,13 @@ func TestClearedKeysStayIndexed(t *testing.T) {
 
 	n, err := s.Reset(ctx, bucket, b)
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), n, "b's bucket")
+	assert.Equal(t, int64(1), n, "b's bucket: one unit in flight")
 	assert.Equal(t, 1, s.Len())
 	assert.Equal(t, int64(2), allow(t, s, fixed, a.Subject, t0).Count, "a was not touched")
 
 	n, err = s.ResetSubject(ctx, fixed, a.Subject)
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), n, "a's window")
+	assert.Equal(t, int64(2), n, "a's window: two units")
 	assert.Equal(t, 0, s.Len())
 	assert.Equal(t, int64(1), allow(t, s, fixed, a.Subject, t0).Count, "a starts afresh")
 	assert.Equal(t, 1, s.Len())

@@ -231,7 +231,8 @@ func (s *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now t
 	return s.inner.Peek(ctx, p, k, now)
 }
 
-// Reset forgets k under p here and in the store.
+// Reset forgets k under p here and in the store, and returns the store's
+// units.
 func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	key := cacheKey(p.Name, k)
 	sh := s.shard(key)

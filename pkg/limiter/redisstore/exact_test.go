@@ -132,7 +132,20 @@ func TestTokenBucketExact(t *testing.T) {
 			assert.Equal(t, tat == last || last < n, d.Allowed, "case %d %+v tat %d", i, c, tat)
 			got, err := rdb.Get(t.Context(), key).Result()
 			require.NoError(t, err)
-			assert.Equal(t, fmt.Sprintf("%d:%d", wantTat/1e9, wantTat%1e9), got, "case %d: stored tat", i)
+			stored := fmt.Sprintf("%d:%d", wantTat/1e9, wantTat%1e9)
+			if wantTat != tat { // set again, with when
+				stored += fmt.Sprintf(":%d:%d", n/1e9, n%1e9)
+			}
+			assert.Equal(t, stored, got, "case %d: stored tat", i)
+			// A reset returns the units in flight when the tat was set; a
+			// value without that time (written by the test) counts 0.
+			units, err := s.Reset(t.Context(), p, k)
+			require.NoError(t, err)
+			wantUnits := int64(0)
+			if wantTat != tat {
+				wantUnits = want.Count
+			}
+			assert.Equal(t, wantUnits, units, "case %d: units reset", i)
 		}
 	}
 }

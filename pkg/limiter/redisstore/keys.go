@@ -23,7 +23,7 @@ const (
 	suffixFixed   = "fw"  // hash: window start (Unix seconds) -> attempts
 	suffixSliding = "sw"  // hash: window start (Unix seconds) -> admitted units
 	suffixLog     = "log" // sorted set of events, scored by Unix microseconds
-	suffixBucket  = "tb"  // string "<seconds>:<nanoseconds>": the GCRA tat
+	suffixBucket  = "tb"  // string "<seconds>:<nanoseconds>:<set at s>:<set at ns>": the GCRA tat, when set
 )
 
 // suffixes lists every suffix, so that a reset removes a key's state whatever

@@ -88,13 +88,15 @@ var slidingWindowScript = redis.NewScript(prelude + windowHelpers + slidingWindo
 // (s, ns) with the units counted up to and including it}.
 var slidingLogScript = redis.NewScript(prelude + slidingLogLua)
 
-// tokenBucketScript keeps the GCRA theoretical arrival time as
-// "<seconds>:<nanoseconds>" (absent = 0, the Unix epoch, as
-// limiter.TokenBucketDecide takes a new key). ARGV[6..7] is cost × emission
+// tokenBucketScript keeps the GCRA theoretical arrival time, and the time it
+// was set (for the units a reset returns), as
+// "<seconds>:<nanoseconds>:<set at s>:<set at ns>" (absent = 0, the Unix
+// epoch, as limiter.TokenBucketDecide takes a new key; a value of the first
+// two fields only is read as well). ARGV[6..7] is cost × emission
 // interval and ARGV[8..9] the burst (limit × interval), each as (s, ns).
 // Returns {now_s, now_ns, tat_s, tat_ns} with the tat read before the attempt.
 var tokenBucketScript = redis.NewScript(prelude + tokenBucketLua)
 
-// resetScript deletes KEYS and returns how many records they held: window
-// fields, log instants, bucket states.
+// resetScript deletes KEYS and returns {units of their window counts and
+// event costs, then the value of each bucket} (see resetUnits).
 var resetScript = redis.NewScript(resetLua)

@@ -485,8 +485,8 @@ func callerErr(ctx context.Context) error {
 }
 
 // Reset deletes k's keys under p, whatever algorithm wrote them, in one
-// atomic script, and returns how many records they held (window fields, log
-// instants, bucket states).
+// atomic script, and returns the units they held (see limiter.Store): window
+// counts, event costs, the bucket's units in flight when it was last set.
 func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("redisstore: reset: %w", err)
@@ -498,14 +498,14 @@ func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int
 	for i, suffix := range suffixes {
 		keys[i] = keyName(s.prefix, p.Name, k, suffix)
 	}
-	return s.reset(ctx, "reset", keys)
+	return s.reset(ctx, "reset", p, keys)
 }
 
 // ResetSubject deletes the keys of every scope of subject under p and
-// returns how many records they held. It finds them with SCAN MATCH on the
+// returns the units they held, as Reset. It finds them with SCAN MATCH on the
 // subject's escaped key prefix, page by page, each page within the timeout,
 // on the one node that owns the subject's hash tag; it is not atomic as a
-// whole. On error it returns the records removed so far.
+// whole. On error it returns the units removed so far.
 func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("redisstore: reset subject: %w", err)
@@ -532,7 +532,7 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 			return total, err
 		}
 		if len(keys) > 0 {
-			n, err := s.reset(ctx, "reset subject", keys)
+			n, err := s.reset(ctx, "reset subject", p, keys)
 			total += n
 			if err != nil {
 				return total, err
@@ -544,17 +544,42 @@ func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject stri
 	}
 }
 
-// reset deletes keys, all in one slot, with resetScript.
-func (s *Store) reset(ctx context.Context, op string, keys []string) (int64, error) {
+// reset deletes keys of p, all in one slot, with resetScript, and returns
+// their units.
+func (s *Store) reset(ctx context.Context, op string, p limiter.Policy, keys []string) (int64, error) {
 	var n int64
 	err := s.direct(ctx, op, func(ctx context.Context, judge func(error) outcome) error {
 		return s.onNode(ctx, keys[0], judge, func(ctx context.Context, node *redis.Client, asking bool) error {
-			var err error
-			n, err = runScript(ctx, node, asking, resetScript, keys).Int64()
+			v, err := runScript(ctx, node, asking, resetScript, keys).Slice()
+			if err != nil {
+				return err
+			}
+			n, err = resetUnits(p, v)
 			return err
 		})
 	})
 	return n, err
+}
+
+// resetUnits adds to the units resetScript counted (v[0]) the units in
+// flight of each bucket it deleted (v[1:], "tat_s:tat_ns:at_s:at_ns") at the
+// time of its last update, under p. A bucket written before buckets kept
+// that time ("tat_s:tat_ns") counts 0.
+func resetUnits(p limiter.Policy, v []any) (int64, error) {
+	n, ok := v[0].(int64)
+	if !ok {
+		return 0, fmt.Errorf("reset script answered %T", v[0])
+	}
+	for _, b := range v[1:] {
+		text, _ := b.(string)
+		var tatS, tatNs, atS, atNs int64
+		if c, _ := fmt.Sscanf(text, "%d:%d:%d:%d", &tatS, &tatNs, &atS, &atNs); c < 4 {
+			continue
+		}
+		d, _ := limiter.TokenBucketDecide(p, unixNano(tatS, tatNs), 0, unix(atS, atNs))
+		n += d.Count
+	}
+	return n, nil
 }
 
 // Prune returns 0: every key expires by itself two windows (window

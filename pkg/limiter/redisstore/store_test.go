@@ -202,7 +202,7 @@ func TestHostileKeys(t *testing.T) {
 
 	n, err := s.ResetSubject(t.Context(), p, "*")
 	require.NoError(t, err)
-	assert.Equal(t, int64(len(scopes)), n, "records of subject *")
+	assert.Equal(t, int64(len(scopes)), n, "units of subject *")
 	n, err = s.Reset(t.Context(), p, limiter.Key{Subject: "a}b", Scope: "x:y"})
 	require.NoError(t, err)
 	assert.Equal(t, int64(1), n)

@@ -168,32 +168,45 @@ func (q *stmts) tokenBucket(ctx context.Context, p limiter.Policy, r limiter.Req
 	}
 	d, next := limiter.TokenBucketDecide(p, tat, r.Cost, r.Now)
 	if next != tat {
-		if _, err := q.bucketPut.ExecContext(ctx, p.Name, k.Subject, k.Scope, next); err != nil {
+		if _, err := q.bucketPut.ExecContext(ctx, p.Name, k.Subject, k.Scope, next, d.Count); err != nil {
 			return limiter.Decision{}, fmt.Errorf("token bucket: %w", err)
 		}
 	}
 	return d, nil
 }
 
-// resetKeyRows deletes k's rows under p from the three state tables.
-func (q *stmts) resetKeyRows(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
-	return execAll(ctx, q.resetKey[:], p.Name, k.Subject, k.Scope)
+// resetKeyUnits deletes k's rows under p from the three state tables and returns
+// their units.
+func (q *stmts) resetKeyUnits(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
+	return unitsAll(ctx, q.resetKey[:], p.Name, k.Subject, k.Scope)
 }
 
-// resetSubjectRows deletes every row of subject under p, whatever its scope.
-func (q *stmts) resetSubjectRows(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
-	return execAll(ctx, q.resetSubject[:], p.Name, subject)
+// resetSubjectUnits deletes every row of subject under p, whatever its scope, and
+// returns their units.
+func (q *stmts) resetSubjectUnits(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
+	return unitsAll(ctx, q.resetSubject[:], p.Name, subject)
 }
 
-// execAll runs each statement with args and returns the rows they affected.
-func execAll(ctx context.Context, sts []*sql.Stmt, args ...any) (int64, error) {
+// unitsAll runs each statement (a DELETE … RETURNING of one unit column)
+// with args and returns the sum of the units it returned.
+func unitsAll(ctx context.Context, sts []*sql.Stmt, args ...any) (int64, error) {
 	var total int64
 	for _, st := range sts {
-		n, err := affected(ctx, st, args...)
+		rows, err := st.QueryContext(ctx, args...)
 		if err != nil {
 			return 0, err
 		}
-		total += n
+		for rows.Next() {
+			var n int64
+			if err := rows.Scan(&n); err != nil {
+				_ = rows.Close() // the scan error is the one to report
+				return 0, err
+			}
+			total += n
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return 0, err
+		}
 	}
 	return total, nil
 }

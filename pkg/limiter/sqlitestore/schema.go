@@ -34,6 +34,7 @@ CREATE TABLE IF NOT EXISTS rate_buckets (
     key      TEXT    NOT NULL,
     endpoint TEXT    NOT NULL DEFAULT '',
     tat      INTEGER NOT NULL,
+    held     INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (policy, key, endpoint)
 );
 CREATE TABLE IF NOT EXISTS api_calls (
@@ -64,10 +65,11 @@ type stmts struct {
 	logInsert *sql.Stmt // (policy, user_id, endpoint, created_at, cost)
 	// rate_buckets (token_bucket)
 	bucketGet *sql.Stmt // (policy, key, endpoint) -> tat
-	bucketPut *sql.Stmt // (policy, key, endpoint, tat)
+	bucketPut *sql.Stmt // (policy, key, endpoint, tat, held)
 	// api_calls
 	audit *sql.Stmt // (key, endpoint, called_at)
-	// Reset: (policy, key, endpoint); ResetSubject: (policy, key).
+	// Reset: (policy, key, endpoint); ResetSubject: (policy, key). Each
+	// returns the units of the rows it deletes.
 	resetKey     [3]*sql.Stmt
 	resetSubject [3]*sql.Stmt
 }
@@ -101,15 +103,15 @@ func (q *stmts) defs() []struct {
 			WHERE policy = ? AND user_id = ? AND endpoint = ? AND created_at > ? ORDER BY created_at`},
 		{&q.logInsert, `INSERT INTO rate_events (policy, user_id, endpoint, created_at, cost) VALUES (?, ?, ?, ?, ?)`},
 		{&q.bucketGet, `SELECT tat FROM rate_buckets WHERE policy = ? AND key = ? AND endpoint = ?`},
-		{&q.bucketPut, `INSERT INTO rate_buckets (policy, key, endpoint, tat) VALUES (?, ?, ?, ?)
-			ON CONFLICT(policy, key, endpoint) DO UPDATE SET tat = excluded.tat`},
+		{&q.bucketPut, `INSERT INTO rate_buckets (policy, key, endpoint, tat, held) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT(policy, key, endpoint) DO UPDATE SET tat = excluded.tat, held = excluded.held`},
 		{&q.audit, `INSERT INTO api_calls (key, endpoint, called_at) VALUES (?, ?, ?)`},
-		{&q.resetKey[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND key = ? AND endpoint = ?`},
-		{&q.resetKey[1], `DELETE FROM rate_events WHERE policy = ? AND user_id = ? AND endpoint = ?`},
-		{&q.resetKey[2], `DELETE FROM rate_buckets WHERE policy = ? AND key = ? AND endpoint = ?`},
-		{&q.resetSubject[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND key = ?`},
-		{&q.resetSubject[1], `DELETE FROM rate_events WHERE policy = ? AND user_id = ?`},
-		{&q.resetSubject[2], `DELETE FROM rate_buckets WHERE policy = ? AND key = ?`},
+		{&q.resetKey[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND key = ? AND endpoint = ? RETURNING count`},
+		{&q.resetKey[1], `DELETE FROM rate_events WHERE policy = ? AND user_id = ? AND endpoint = ? RETURNING cost`},
+		{&q.resetKey[2], `DELETE FROM rate_buckets WHERE policy = ? AND key = ? AND endpoint = ? RETURNING held`},
+		{&q.resetSubject[0], `DELETE FROM rate_limit_windows WHERE policy = ? AND key = ? RETURNING count`},
+		{&q.resetSubject[1], `DELETE FROM rate_events WHERE policy = ? AND user_id = ? RETURNING cost`},
+		{&q.resetSubject[2], `DELETE FROM rate_buckets WHERE policy = ? AND key = ? RETURNING held`},
 	}
 }
 

@@ -229,7 +229,7 @@ func createSchema(ctx context.Context, c *sql.Conn) error {
 	if _, err := c.ExecContext(ctx, "BEGIN IMMEDIATE"); err != nil {
 		return fmt.Errorf("schema: %w", unavailable(err))
 	}
-	if _, err := c.ExecContext(ctx, schema); err != nil {
+	if err := execSchema(ctx, c); err != nil {
 		_, _ = c.ExecContext(ctx, "ROLLBACK") // the error above is the one to report
 		return fmt.Errorf("schema: %w", err)
 	}
@@ -237,6 +237,22 @@ func createSchema(ctx context.Context, c *sql.Conn) error {
 		return fmt.Errorf("schema: %w", unavailable(err))
 	}
 	return nil
+}
+
+// execSchema creates what is missing of the schema, and adds the held
+// column to a rate_buckets table created before it existed (its buckets
+// then hold 0 units until their next admitted attempt).
+func execSchema(ctx context.Context, c *sql.Conn) error {
+	if _, err := c.ExecContext(ctx, schema); err != nil {
+		return err
+	}
+	var held int
+	err := c.QueryRowContext(ctx, "SELECT count(*) FROM pragma_table_info('rate_buckets') WHERE name = 'held'").Scan(&held)
+	if err != nil || held > 0 {
+		return err
+	}
+	_, err = c.ExecContext(ctx, "ALTER TABLE rate_buckets ADD COLUMN held INTEGER NOT NULL DEFAULT 0")
+	return err
 }
 
 // incrementalVacuum makes the file give the pages that Prune frees back to
@@ -388,7 +404,8 @@ func (s *Store) read(ctx context.Context, what string, f func(context.Context) (
 }
 
 // Reset deletes k's rows under p (windows, events, bucket; never the audit
-// log) and returns how many it deleted.
+// log) and returns their units (see limiter.Store): window counts, event
+// costs, the bucket's held units.
 func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlitestore: reset: %w", err)
@@ -401,7 +418,7 @@ func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int
 }
 
 // ResetSubject deletes every row of subject under p, whatever its scope, and
-// returns how many it deleted.
+// returns their units, as Reset.
 func (s *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlitestore: reset subject: %w", err)

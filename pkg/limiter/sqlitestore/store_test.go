@@ -137,7 +137,7 @@ func TestSchema(t *testing.T) {
 	columns := map[string][]string{
 		"rate_limit_windows": {"policy", "key", "endpoint", "window_start", "count"},
 		"rate_events":        {"id", "policy", "user_id", "endpoint", "created_at", "cost"},
-		"rate_buckets":       {"policy", "key", "endpoint", "tat"},
+		"rate_buckets":       {"policy", "key", "endpoint", "tat", "held"},
 		"api_calls":          {"id", "key", "endpoint", "called_at"},
 	}
 	for table, want := range columns {
@@ -337,7 +337,36 @@ func TestPruneDeletesExpiredRowsOnly(t *testing.T) {
 	assert.Equal(t, int64(0), n, "a second prune at the same time finds nothing")
 }
 
-func TestResetReturnsRowsDeleted(t *testing.T) {
+// A file whose rate_buckets table predates the held column gets it on open:
+// its buckets count 0 units until their next admitted attempt, then what
+// they hold.
+func TestOpenAddsTheHeldColumn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	db := rawDB(t, path)
+	_, err := db.Exec(`CREATE TABLE rate_buckets (policy TEXT NOT NULL, key TEXT NOT NULL, endpoint TEXT NOT NULL DEFAULT '',
+		tat INTEGER NOT NULL, PRIMARY KEY (policy, key, endpoint))`)
+	require.NoError(t, err)
+	bucket := policy("bucket", limiter.TokenBucket, 10)
+	old, fresh := limiter.Key{Subject: "old"}, limiter.Key{Subject: "fresh"}
+	_, err = db.Exec(`INSERT INTO rate_buckets (policy, key, endpoint, tat) VALUES (?, ?, '', ?)`,
+		bucket.Name, old.Subject, t0.Add(30*time.Second).UnixNano())
+	require.NoError(t, err)
+
+	s := open(t, path)
+	ctx := context.Background()
+	for range 4 {
+		_, err := s.Allow(ctx, bucket, limiter.Request{Key: fresh, Cost: 1, Now: t0})
+		require.NoError(t, err)
+	}
+	n, err := s.Reset(ctx, bucket, old)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), n, "a bucket written before the column")
+	n, err = s.Reset(ctx, bucket, fresh)
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), n, "4 units in flight")
+}
+
+func TestResetReturnsUnitsDeleted(t *testing.T) {
 	s, path := newStore(t)
 	db := rawDB(t, path)
 	ctx := context.Background()

@@ -251,9 +251,9 @@ func (w *writer) do(ctx context.Context, o *op) result {
 	case opAllow:
 		r.d, r.err = w.q.decide(ctx, o.policy, o.req)
 	case opReset:
-		r.n, r.err = w.q.resetKeyRows(ctx, o.policy, o.req.Key)
+		r.n, r.err = w.q.resetKeyUnits(ctx, o.policy, o.req.Key)
 	case opResetSubject:
-		r.n, r.err = w.q.resetSubjectRows(ctx, o.policy, o.req.Key.Subject)
+		r.n, r.err = w.q.resetSubjectUnits(ctx, o.policy, o.req.Key.Subject)
 	case opPing:
 		_, r.err = w.health.ExecContext(ctx)
 	}

@@ -8,7 +8,7 @@ end
 local tat_s, tat_ns = 0, 0
 local v = redis.call('GET', KEYS[1])
 if v then
-  local s, ns = string.match(v, '^(-?%d+):(%d+)$')
+  local s, ns = string.match(v, '^(-?%d+):(%d+)')
   tat_s, tat_ns = tonumber(s), tonumber(ns)
 end
 if cost > 0 then
@@ -17,7 +17,8 @@ if cost > 0 then
   local next_s, next_ns = plus(base_s, base_ns, tonumber(ARGV[6]), tonumber(ARGV[7]))
   local last_s, last_ns = plus(now_s, now_ns, tonumber(ARGV[8]), tonumber(ARGV[9]))
   if not before(last_s, last_ns, next_s, next_ns) then
-    redis.call('SET', KEYS[1], int(next_s) .. ':' .. int(next_ns), 'PX', window_s * 1000)
+    -- now, after the tat: when it was set, for the units a reset returns
+    redis.call('SET', KEYS[1], int(next_s) .. ':' .. int(next_ns) .. ':' .. int(now_s) .. ':' .. int(now_ns), 'PX', window_s * 1000)
   end
 end
 return {now_s, now_ns, tat_s, tat_ns}

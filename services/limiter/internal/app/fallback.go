@@ -175,7 +175,8 @@ func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, no
 }
 
 // Reset forgets k on the primary and, for a local policy, in the local store
-// too; it returns the records removed from both and the primary's error.
+// too; it returns the units removed from both (see limiter.Store) and the
+// primary's error.
 func (f *fallback) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	return f.reset(ctx, p, func(s limiter.Store) (int64, error) { return s.Reset(ctx, p, k) })
 }

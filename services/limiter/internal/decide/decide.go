@@ -295,7 +295,8 @@ func (d *Decider) Peek(ctx context.Context, p limiter.Policy, k limiter.Key) (li
 }
 
 // Reset forgets k under each of ps (every scope of k.Subject when scope is
-// false) and returns how many records went. An error is counted.
+// false) and returns the units they had counted (see limiter.Store). An
+// error is counted.
 func (d *Decider) Reset(ctx context.Context, ps []limiter.Policy, k limiter.Key, scope bool) (int64, error) {
 	var deleted int64
 	for _, p := range ps {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
@@ -342,6 +343,27 @@ func TestReset(t *testing.T) {
 			assert.Equal(t, 0.0, countOf(t, s.rateStatus("7", "/b")))
 			assert.Equal(t, 1.0, countOf(t, s.rateStatus("8", "/a")), "another user is kept")
 			assert.Equal(t, map[string]any{"user_id": 7.0, "endpoint": nil, "deleted": 0.0}, reset("/rate/reset/7"))
+		})
+	}
+}
+
+// deleted counts units, not stored records: 7 checks under a fixed_window
+// policy are one window row of count 7.
+func TestResetCountsUnits(t *testing.T) {
+	windows := limiter.Policy{Name: "windows", Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Minute}
+	for _, sk := range stores {
+		t.Run(sk.name, func(t *testing.T) {
+			s := newServer(t, sk.open(t), func(o *options) {
+				o.Policies = append(o.Policies, windows)
+				o.CheckRoute = []string{"windows"}
+			})
+			for range 7 {
+				require.Equal(t, http.StatusOK, s.check("7", "/a").Code)
+			}
+			w := s.do(req{method: http.MethodDelete, target: "/rate/reset/7", header: map[string]string{"X-Admin-Key": adminKey}})
+			require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+			assert.Equal(t, map[string]any{"user_id": 7.0, "endpoint": nil, "deleted": 7.0}, decode(t, w))
+			assert.Equal(t, 0.0, countOf(t, s.rateStatus("7", "/a")))
 		})
 	}
 }
