@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -160,4 +161,25 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 	<-copied
 	assert.Contains(t, rest.String(), `"msg":"shutting down"`)
 	assert.Equal(t, 4, strings.Count(rest.String(), `"route":"/ping"`), "one access-log line per request")
+}
+
+// TestShippedConfigsStart starts the service on each configuration the
+// repository ships for its tools (tools/loadgen/configs, used by make bench
+// and make demo), Envoy rules included: a policy the loader refuses there
+// would otherwise only show when someone runs the bench.
+func TestShippedConfigsStart(t *testing.T) {
+	dir := filepath.Join("..", "..", "tools", "loadgen", "configs")
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel() // start, then stop at once
+			args := []string{"--config", file, "--store", "memory", "--addr", "127.0.0.1:0",
+				"--envoy-config", filepath.Join(dir, "envoy-bench")}
+			var errOut bytes.Buffer
+			require.NoError(t, run(ctx, args, noEnv, io.Discard, &errOut), errOut.String())
+		})
+	}
 }

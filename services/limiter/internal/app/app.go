@@ -265,12 +265,23 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		Offenders:   a.offenders,
 		Identity:    ids,
 		DecisionAPI: decisionAPI(cfg),
-		Budget:      a.cfg.DecisionTimeout,
+		Budget:      decisionBudget(a.cfg),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return snap, nil
+}
+
+// decisionBudget is the decision layer's bound on one request's decisions:
+// --decision-timeout, but none on the memory store, where a decision never
+// waits for a turn at the store (a shard lock held for one map update), so
+// that a bound would only cost every request a context and a timer.
+func decisionBudget(cfg config.Config) time.Duration {
+	if cfg.Store == config.StoreMemory {
+		return 0
+	}
+	return cfg.DecisionTimeout
 }
 
 // openStore opens the configured backend. clientTime makes Redis decide with

@@ -21,7 +21,7 @@ import (
 // (RateLimit-Policy, RateLimit, Retry-After). Errors are problems: 400 for
 // a body that is not a valid request, 413 over MaxBodyBytes, 503 when the
 // store cannot decide.
-func handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	body, p := readBody(c)
 	if p != nil {
 		return answer{}, p
@@ -30,7 +30,7 @@ func handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	if err := protojson.Unmarshal(body, &req); err != nil {
 		return answer{}, fail(http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
 	}
-	c.Set(ctxClient, req.GetDomain())
+	h.setClient(c, req.GetDomain())
 	resp, err := envoy.Decide(c.Request.Context(), s.Decider, s.Envoy, &req)
 	if err != nil {
 		st := status.Convert(err)

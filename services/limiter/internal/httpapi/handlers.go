@@ -166,7 +166,7 @@ func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *pro
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, id.Subject)
+	h.setClient(c, id.Subject)
 	v, err := s.Decider.Route(c.Request.Context(), s.Ping, limiter.Key{Subject: id.Subject}, 1, "/ping")
 	if err != nil {
 		return answer{}, unavailable(err)
@@ -204,7 +204,7 @@ func statusSubject(c *gin.Context, key string) (string, *problem) {
 	return sources[0].Namespace() + key, nil
 }
 
-func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+func (h *handler) handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	key := c.Query("key")
 	if err := ValidateText("key", key, limiter.MaxKeyLen-8, 0); err != nil {
 		return answer{}, fail(http.StatusUnprocessableEntity, "query parameter "+detail(err))
@@ -213,7 +213,7 @@ func handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, subject)
+	h.setClient(c, subject)
 	d, err := s.Decider.Peek(c.Request.Context(), s.Ping.Policies()[0], limiter.Key{Subject: subject})
 	if err != nil {
 		return answer{}, unavailable(err)
@@ -230,7 +230,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, client.subject)
+	h.setClient(c, client.subject)
 	obj, p := readObject(c)
 	if p != nil {
 		return answer{}, p
@@ -284,7 +284,7 @@ func (h *handler) handleRateStatus(c *gin.Context, s *snapshot.Snapshot) (answer
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, client.subject)
+	h.setClient(c, client.subject)
 	endpoint, p := h.endpointQuery(c)
 	if p != nil {
 		return answer{}, p
@@ -324,7 +324,7 @@ func (h *handler) admin(c *gin.Context, s *snapshot.Snapshot) *problem {
 	if subtle.ConstantTimeCompare(sum[:], h.adminKey[:]) != 1 {
 		h.guard.failed(ctx, client, now)
 		h.log.LogAttrs(ctx, slog.LevelWarn, "admin key refused",
-			slog.String("request_id", c.GetString(ctxRequestID)),
+			slog.String("request_id", requestIDOf(c)),
 			slog.String("route", c.FullPath()),
 			slog.String("client", h.hash(s, "peer:"+client)))
 		return denied
@@ -341,7 +341,7 @@ func (h *handler) handleReset(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 		return answer{}, fail(http.StatusNotFound, "no such user: "+detail(err))
 	}
 	subject = identity.User.Namespace() + subject // never another source's key
-	c.Set(ctxClient, subject)
+	h.setClient(c, subject)
 	var endpoint *string
 	if _, given := c.GetQuery("endpoint"); given {
 		ep, p := h.endpointQuery(c)
@@ -394,12 +394,12 @@ func parseV1(c *gin.Context) (v1Request, *problem) {
 	return r, nil
 }
 
-func handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	req, p := parseV1(c)
 	if p != nil {
 		return answer{}, p
 	}
-	c.Set(ctxClient, req.key)
+	h.setClient(c, req.key)
 	plan, found := s.Single(req.policy)
 	if !found {
 		return answer{}, fail(http.StatusNotFound, "unknown policy "+strconv.Quote(req.policy))

@@ -169,16 +169,16 @@ func New(o Options) (*gin.Engine, error) {
 	get("/openapi.json", handleOpenAPI)
 	if o.Listener != InternalRoutes {
 		get("/ping", h.serve(h.handlePing))
-		get("/status", h.serve(handleStatus))
+		get("/status", h.serve(h.handleStatus))
 		e.POST("/rate/check", h.serve(h.handleCheck))
 		get("/rate/status", h.serve(h.handleRateStatus))
 		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
 	}
 	if o.Listener != PublicRoutes {
-		e.POST("/v1/check", h.serve(handleV1Check))
+		e.POST("/v1/check", h.serve(h.handleV1Check))
 		get("/admin/offenders", h.serve(h.handleOffenders))
 		if o.Snapshot().Envoy != nil {
-			e.POST("/json", h.serve(handleEnvoyJSON))
+			e.POST("/json", h.serve(h.handleEnvoyJSON))
 		}
 		get("/metrics", gin.WrapH(promhttp.HandlerFor(o.Registry, promhttp.HandlerOpts{})))
 	}

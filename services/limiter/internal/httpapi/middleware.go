@@ -14,11 +14,13 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
-// Gin context keys.
-const (
-	ctxRequestID = "tollgate.request_id"
-	ctxClient    = "tollgate.client" // the client's key, logged only hashed
-)
+// ctxClient is the Gin context key of the client's key, logged only hashed;
+// set only while the access log is on (see setClient).
+const ctxClient = "tollgate.client"
+
+// requestIDField is the header field that carries the request id, in the
+// answer as in the request.
+const requestIDField = "X-Request-Id"
 
 // maxRequestIDLen bounds an X-Request-Id taken from the client.
 const maxRequestIDLen = 64
@@ -39,15 +41,32 @@ func validRequestID(s string) bool {
 	return true
 }
 
-// requestID reuses a valid X-Request-Id or makes one, and echoes it.
+// requestID reuses a valid X-Request-Id or makes one, and echoes it. The
+// answer's header holds it for the rest of the chain (see requestIDOf): a
+// Gin context value would cost every request a map.
 func (h *handler) requestID(c *gin.Context) {
-	id := c.GetHeader("X-Request-Id")
+	id := c.GetHeader(requestIDField)
 	if !validRequestID(id) {
 		id = rand.Text()
 	}
-	c.Set(ctxRequestID, id)
-	c.Header("X-Request-Id", id)
+	c.Writer.Header()[requestIDField] = []string{id}
 	c.Next()
+}
+
+// requestIDOf returns the request id that requestID set on c's answer.
+func requestIDOf(c *gin.Context) string {
+	if v := c.Writer.Header()[requestIDField]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// setClient records the client's key for the access log line; nothing when
+// that line is not written.
+func (h *handler) setClient(c *gin.Context, key string) {
+	if h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
+		c.Set(ctxClient, key)
+	}
 }
 
 // observe writes one access-log line and counts the request, after the rest
@@ -71,7 +90,7 @@ func (h *handler) observe(c *gin.Context) {
 		slog.String("route", route),
 		slog.Int("status", status),
 		slog.Duration("latency", time.Since(start)),
-		slog.String("request_id", c.GetString(ctxRequestID)),
+		slog.String("request_id", requestIDOf(c)),
 	)
 	if k := c.GetString(ctxClient); k != "" {
 		attrs = append(attrs, slog.String("client", h.hash(h.current(), k)))
@@ -100,7 +119,7 @@ func (h *handler) recover(c *gin.Context) {
 			panic(r)
 		}
 		h.log.LogAttrs(c.Request.Context(), slog.LevelError, "panic in handler",
-			slog.String("request_id", c.GetString(ctxRequestID)),
+			slog.String("request_id", requestIDOf(c)),
 			slog.String("panic", fmt.Sprint(r)),
 			slog.String("stack", string(debug.Stack())))
 		if c.Writer.Written() {

@@ -81,11 +81,11 @@ func (h *handler) writeProblem(c *gin.Context, p *problem) {
 				h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store errors not logged (sampled)", slog.Int("count", dropped))
 			}
 			h.log.LogAttrs(c.Request.Context(), slog.LevelWarn, "store error",
-				slog.String("request_id", c.GetString(ctxRequestID)), slog.String("error", p.cause.Error()))
+				slog.String("request_id", requestIDOf(c)), slog.String("error", p.cause.Error()))
 		}
 	}
 	var instance string
-	if id := c.GetString(ctxRequestID); id != "" {
+	if id := requestIDOf(c); id != "" {
 		instance = "urn:tollgate:request:" + id
 	}
 	if r := p.refusal; r != nil {
