@@ -22,23 +22,54 @@ var ErrNotObject = errors.New("canon: not a JSON object")
 // encoding/json allows.
 const maxDepth = 10000
 
-// Object parses b as one JSON object and returns its members, unparsed: each
-// value is the member's bytes in b, without the whitespace around them (the
-// values alias b). Member names are compared after unescaping ("a" and
-// "\u0061" are the same name; invalid UTF-8 and lone surrogates read as
-// U+FFFD, as encoding/json reads them). Nested values are checked for syntax
+// Members are a JSON object's members in document order, unparsed.
+type Members []Member
+
+// Member is one member of an object: its name, unescaped, and its value's
+// bytes without the whitespace around them. Both alias the parsed bytes when
+// they can.
+type Member struct {
+	name  []byte
+	Value json.RawMessage
+}
+
+// Name returns the member's name.
+func (m Member) Name() string { return string(m.name) }
+
+// Get returns the value of the member named name.
+func (ms Members) Get(name string) (json.RawMessage, bool) {
+	for _, m := range ms {
+		if string(m.name) == name {
+			return m.Value, true
+		}
+	}
+	return nil, false
+}
+
+// smallObject is how many members AppendObject checks for duplicates by
+// comparing names pairwise; past it, a set (so that a body of many members
+// costs linear time, not quadratic).
+const smallObject = 8
+
+// AppendObject parses b as one JSON object and appends its members to
+// dst[:0] (a caller's array spares the allocation). Member names are
+// compared after unescaping ("a" and "\u0061" are the same name; invalid
+// UTF-8 and lone surrogates read as U+FFFD, as encoding/json reads them):
+// a name given twice is ErrDuplicate. Nested values are checked for syntax
 // only, as encoding/json checks them. Trailing data after the object is
 // ErrNotObject.
 //
-// It is a single pass over b, on every request that has a JSON body: the
-// member names are the only allocations besides the map.
-func Object(b []byte) (map[string]json.RawMessage, error) {
+// It is a single pass over b, on every request that has a JSON body: an
+// escaped name is the only allocation of an object of up to smallObject
+// members, besides dst's growth.
+func AppendObject(dst Members, b []byte) (Members, error) {
 	p := scanner{b: b}
 	p.space()
 	if !p.eat('{') {
 		return nil, ErrNotObject
 	}
-	obj := make(map[string]json.RawMessage, 4)
+	obj := dst[:0]
+	var seen map[string]struct{}
 	p.space()
 	if !p.eat('}') {
 		for {
@@ -56,10 +87,10 @@ func Object(b []byte) (map[string]json.RawMessage, error) {
 			if !p.value(0) {
 				return nil, ErrNotObject
 			}
-			if _, dup := obj[name]; dup {
+			if duplicate(obj, &seen, name) {
 				return nil, fmt.Errorf("%w %q", ErrDuplicate, name)
 			}
-			obj[name] = json.RawMessage(b[start:p.i:p.i])
+			obj = append(obj, Member{name: name, Value: json.RawMessage(b[start:p.i:p.i])})
 			p.space()
 			if p.eat(',') {
 				continue
@@ -75,6 +106,26 @@ func Object(b []byte) (map[string]json.RawMessage, error) {
 		return nil, ErrNotObject
 	}
 	return obj, nil
+}
+
+// duplicate reports whether name is among obj's names and, past
+// smallObject members, records it in *seen, built on first use.
+func duplicate(obj Members, seen *map[string]struct{}, name []byte) bool {
+	if len(obj) < smallObject {
+		_, found := obj.Get(string(name))
+		return found
+	}
+	if *seen == nil {
+		*seen = make(map[string]struct{}, 2*len(obj))
+		for _, m := range obj {
+			(*seen)[string(m.name)] = struct{}{}
+		}
+	}
+	if _, found := (*seen)[string(name)]; found {
+		return true
+	}
+	(*seen)[string(name)] = struct{}{}
+	return false
 }
 
 // scanner reads JSON (RFC 8259, as encoding/json accepts it) from b at i.
@@ -105,22 +156,22 @@ func (p *scanner) eat(c byte) bool {
 }
 
 // name reads a member name and returns it unescaped as encoding/json
-// unescapes it.
-func (p *scanner) name() (string, bool) {
+// unescapes it: its bytes in b when it has no escape and is ASCII.
+func (p *scanner) name() ([]byte, bool) {
 	start := p.i
 	plain, ok := p.str()
 	if !ok {
-		return "", false
+		return nil, false
 	}
 	raw := p.b[start:p.i]
 	if plain {
-		return string(raw[1 : len(raw)-1]), true
+		return raw[1 : len(raw)-1 : len(raw)-1], true
 	}
 	var s string
 	if json.Unmarshal(raw, &s) != nil { // cannot fail on a string str accepted
-		return "", false
+		return nil, false
 	}
-	return s, true
+	return []byte(s), true
 }
 
 // str reads a string; plain says it has no escape and only ASCII bytes, so

@@ -48,11 +48,31 @@ func referenceObject(b []byte) (map[string]json.RawMessage, error) {
 	return obj, nil
 }
 
-// sameAsReference fails t when Object and referenceObject disagree on b.
+// object is AppendObject's result as a map, for comparisons.
+func object(b []byte) (map[string]json.RawMessage, error) {
+	ms, err := canon.AppendObject(nil, b)
+	if err != nil {
+		return nil, err
+	}
+	obj := make(map[string]json.RawMessage, len(ms))
+	for _, m := range ms {
+		obj[m.Name()] = m.Value
+		if v, ok := ms.Get(m.Name()); !ok || !bytes.Equal(v, m.Value) {
+			return nil, fmt.Errorf("Get(%q) = %q, %v: not the member's value %q", m.Name(), v, ok, m.Value)
+		}
+	}
+	if len(obj) != len(ms) {
+		return nil, fmt.Errorf("%d members but %d names: a duplicate went through", len(ms), len(obj))
+	}
+	return obj, nil
+}
+
+// sameAsReference fails t when AppendObject and referenceObject disagree on
+// b.
 func sameAsReference(t *testing.T, b []byte) {
 	t.Helper()
 	want, wantErr := referenceObject(b)
-	got, err := canon.Object(b)
+	got, err := object(b)
 	if wantErr != nil {
 		require.Error(t, err, "%q: the reference refuses it: %v", b, wantErr)
 		assert.Equal(t, wantErr.Error(), err.Error(), "%q", b)
@@ -79,6 +99,17 @@ func TestObjectAgreesWithEncodingJSON(t *testing.T) {
 	for _, in := range objectCases {
 		sameAsReference(t, []byte(in))
 	}
+	// Many members: past smallObject, duplicates are found through a set.
+	for _, n := range []int{7, 8, 9, 40} {
+		var sb strings.Builder
+		sb.WriteString("{")
+		for i := range n {
+			fmt.Fprintf(&sb, `"m%d":%d,`, i, i)
+		}
+		for _, last := range []string{`"m0":0}`, `"m7":0}`, `"m8":0}`, fmt.Sprintf(`"m%d":0}`, n-1), `"other":0}`} {
+			sameAsReference(t, []byte(sb.String()+last))
+		}
+	}
 	// Nesting: encoding/json allows a value 10,000 arrays or objects deep.
 	for _, depth := range []int{9999, 10000, 10001} {
 		for _, open := range []string{"[", `{"x":`} {
@@ -102,19 +133,23 @@ func FuzzObject(f *testing.F) {
 // BenchmarkObject reads a /v1/check body.
 func BenchmarkObject(b *testing.B) {
 	body := []byte(`{"policy":"bench","key":"bench0a1b2c3d-memory-r0-12345","cost":1}`)
-	for _, impl := range []struct {
-		name string
-		f    func([]byte) (map[string]json.RawMessage, error)
-	}{{"scanner", canon.Object}, {"decoder", referenceObject}} {
-		b.Run(impl.name, func(b *testing.B) {
-			b.ReportAllocs()
-			for b.Loop() {
-				if _, err := impl.f(body); err != nil {
-					b.Fatal(err)
-				}
+	b.Run("scanner", func(b *testing.B) {
+		b.ReportAllocs()
+		var members [4]canon.Member
+		for b.Loop() {
+			if _, err := canon.AppendObject(members[:0], body); err != nil {
+				b.Fatal(err)
 			}
-		})
-	}
+		}
+	})
+	b.Run("decoder", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := referenceObject(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 // referenceString is what the handlers did before canon.String.

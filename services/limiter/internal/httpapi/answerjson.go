@@ -8,32 +8,30 @@ import (
 	"github.com/gin-gonic/gin"
 )
 
-// jsonAppender is an answer body that writes its own JSON: byte for byte
-// what encoding/json writes for it, without reflection. The bodies of the
-// decision routes (/ping, /rate/check, /v1/check) are, since they are
-// written on every request.
-type jsonAppender interface {
-	appendJSON(b []byte) []byte
-}
+// The bodies of the decision routes (/ping, /rate/check, /v1/check) write
+// their own JSON, since they are written on every request: appendJSON
+// appends byte for byte what encoding/json writes for them, without
+// reflection.
 
 // jsonContentType is the Content-Type of JSON answers, as Gin's c.JSON
 // writes it; shared, never modified.
 var jsonContentType = []string{"application/json; charset=utf-8"}
 
-// answerBufs holds buffers for writeAppender.
+// answerBufs holds the buffers of jsonOK's answers.
 var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
 
-// writeAppender writes j with status as c.JSON would, without allocating:
-// the buffer goes back to the pool once the bytes are in the response's
-// own buffer.
-func writeAppender(c *gin.Context, status int, j jsonAppender) {
+// jsonOK answers 200 with the JSON that appendJSON appends, in a pooled
+// buffer that serve puts back once the bytes are written.
+func jsonOK(appendJSON func(b []byte) []byte) answer {
 	bp := answerBufs.Get().(*[]byte)
-	b := j.appendJSON((*bp)[:0])
+	return answer{raw: appendJSON((*bp)[:0]), pooled: bp}
+}
+
+// writeJSON writes body with status as c.JSON would write its encoding.
+func writeJSON(c *gin.Context, status int, body []byte) {
 	c.Writer.Header()["Content-Type"] = jsonContentType
 	c.Writer.WriteHeader(status)
-	_, _ = c.Writer.Write(b) // a failed write is the client's disconnection
-	*bp = b
-	answerBufs.Put(bp)
+	_, _ = c.Writer.Write(body) // a failed write is the client's disconnection
 }
 
 func (p pingBody) appendJSON(b []byte) []byte {

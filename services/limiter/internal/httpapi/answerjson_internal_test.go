@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -11,6 +12,11 @@ import (
 var answerStrings = []string{"", "k", "client-42", "/orders/{id}", `a"b`, `a\b`, "<script>&", "café", "a\u2028b", "\x00\x1f", "\xff", "\u00e9\U0001F600"}
 
 var answerFloats = []float64{0, 0.001, 0.5, 1, 6.809, 20.577, 59.999, 86400, 31622400, 1e-7, 1e21, 1.5e300, -0.25, math.Copysign(0, -1)}
+
+// jsonAppender is an answer body that writes its own JSON.
+type jsonAppender interface {
+	appendJSON(b []byte) []byte
+}
 
 // sameJSON fails t unless body writes what encoding/json writes for it.
 func sameJSON(t *testing.T, body jsonAppender) {
@@ -65,4 +71,37 @@ func BenchmarkV1Answer(b *testing.B) {
 			}
 		}
 	})
+}
+
+// readCost reads a cost as json.Unmarshal into an int64 does.
+func TestReadCostLikeEncodingJSON(t *testing.T) {
+	for _, raw := range []string{`1`, `3`, `0`, `-1`, `-0`, `null`, `true`, `"2"`, `1.0`, `1.5`, `1e3`, `1E0`, `9223372036854775807`,
+		`9223372036854775808`, `-9223372036854775809`, `1e309`, `[]`, `{}`, `{"a":1}`, `[1]`} {
+		sameCost(t, raw)
+	}
+}
+
+func FuzzReadCost(f *testing.F) {
+	for _, raw := range []string{`1`, `null`, `1.0`, `"1"`, `1e3`} {
+		f.Add(raw)
+	}
+	f.Fuzz(func(t *testing.T, raw string) {
+		if !json.Valid([]byte(raw)) || strings.TrimSpace(raw) != raw {
+			return // the member values readCost sees are valid and trimmed
+		}
+		sameCost(t, raw)
+	})
+}
+
+func sameCost(t *testing.T, raw string) {
+	t.Helper()
+	for _, def := range []int64{1, 0} {
+		want := def
+		err := json.Unmarshal([]byte(raw), &want)
+		got, ok := readCost([]byte(raw), def)
+		require.Equal(t, err == nil && want >= 1, ok, "%s (default %d)", raw, def)
+		if ok {
+			require.Equal(t, want, got, raw)
+		}
+	}
 }

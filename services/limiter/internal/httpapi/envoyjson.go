@@ -22,13 +22,15 @@ import (
 // a body that is not a valid request, 413 over MaxBodyBytes, 503 when the
 // store cannot decide.
 func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	body, p := readBody(c)
-	if p != nil {
-		return answer{}, p
-	}
 	var req rlsv3.RateLimitRequest
-	if err := protojson.Unmarshal(body, &req); err != nil {
-		return answer{}, fail(http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
+	if p := withBody(c, func(buf *bodyBuf) *problem {
+		// protojson copies every string it reads: req keeps nothing of buf.
+		if err := protojson.Unmarshal(buf.body, &req); err != nil {
+			return fail(http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
+		}
+		return nil
+	}); p != nil {
+		return answer{}, p
 	}
 	h.setClient(c, req.GetDomain())
 	resp, err := envoy.Decide(c.Request.Context(), s.Decider, s.Envoy, &req)

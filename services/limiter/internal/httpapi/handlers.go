@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"net/http"
@@ -175,7 +174,7 @@ func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *pro
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(pingBody{Key: id.Key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
+	return jsonOK(pingBody{Key: id.Key, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}.appendJSON), nil
 }
 
 // statusSubject is the store key /status?key=K[&source=S] reads: K in the
@@ -231,12 +230,11 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 		return answer{}, p
 	}
 	h.setClient(c, client.subject)
-	obj, p := readObject(c)
-	if p != nil {
-		return answer{}, p
-	}
-	endpoint, p := stringMember(obj, "endpoint", nil)
-	if p != nil {
+	var endpoint string
+	if p := withObject(c, func(obj canon.Members) (p *problem) {
+		endpoint, p = stringMember(obj, "endpoint", nil)
+		return p
+	}); p != nil {
 		return answer{}, p
 	}
 	if endpoint, p = h.endpoint(endpoint); p != nil {
@@ -250,7 +248,7 @@ func (h *handler) handleCheck(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(checkBody{Result: "ok", UserID: client.userID, Key: client.key, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}), nil
+	return jsonOK(checkBody{Result: "ok", UserID: client.userID, Key: client.key, Endpoint: endpoint, Count: d.Count, Limit: d.Limit, Remaining: d.Remaining, ResetAfter: httplimit.Seconds(d.ResetAfter)}.appendJSON), nil
 }
 
 // endpoint puts an endpoint in its canonical form: 422 for a control
@@ -371,28 +369,39 @@ type v1Request struct {
 // parseV1 reads and validates a /v1/check body: 400, 413 or 422 (404 is
 // the caller's, once the policy is looked up).
 func parseV1(c *gin.Context) (v1Request, *problem) {
-	obj, p := readObject(c)
-	if p != nil {
-		return v1Request{}, p
-	}
 	r := v1Request{cost: 1}
-	if r.policy, p = stringMember(obj, "policy", func(s string) error {
-		return ValidateText("policy", s, 128, 0)
-	}); p != nil {
-		return r, p
-	}
-	if r.key, p = stringMember(obj, "key", func(s string) error {
-		return ValidateText("key", s, limiter.MaxKeyLen, 0)
-	}); p != nil {
-		return r, p
-	}
-	if raw, given := obj["cost"]; given {
-		if err := json.Unmarshal(raw, &r.cost); err != nil || r.cost < 1 {
-			return r, fail(http.StatusUnprocessableEntity, "cost must be an integer of at least 1")
+	p := withObject(c, func(obj canon.Members) (p *problem) {
+		if r.policy, p = stringMember(obj, "policy", validPolicyName); p != nil {
+			return p
 		}
-	}
-	return r, nil
+		if r.key, p = stringMember(obj, "key", validKey); p != nil {
+			return p
+		}
+		if raw, given := obj.Get("cost"); given {
+			var ok bool
+			if r.cost, ok = readCost(raw, r.cost); !ok {
+				return fail(http.StatusUnprocessableEntity, "cost must be an integer of at least 1")
+			}
+		}
+		return nil
+	})
+	return r, p
 }
+
+// readCost reads a member's JSON value (valid JSON) as json.Unmarshal reads
+// it into an int64 holding def, without reflection: null leaves def, a
+// number must be an integer in range (no fraction, no exponent), anything
+// else is refused. ok is false unless the result is at least 1.
+func readCost(raw []byte, def int64) (cost int64, ok bool) {
+	if string(raw) == "null" {
+		return def, def >= 1
+	}
+	cost, err := strconv.ParseInt(string(raw), 10, 64)
+	return cost, err == nil && cost >= 1
+}
+
+func validPolicyName(s string) error { return ValidateText("policy", s, 128, 0) }
+func validKey(s string) error        { return ValidateText("key", s, limiter.MaxKeyLen, 0) }
 
 func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	req, p := parseV1(c)
@@ -419,11 +428,11 @@ func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *
 		return answer{}, p
 	}
 	d := v.Results[0]
-	return ok(v1Body{
+	return jsonOK(v1Body{
 		Allowed: true, Limit: d.Limit, Remaining: d.Remaining, Count: d.Count,
 		ResetAfter: httplimit.Seconds(d.ResetAfter), RetryAfter: httplimit.Seconds(d.RetryAfter),
 		Policy: policy.Name, Key: req.key, ShadowDenied: !d.Allowed,
-	}), nil
+	}.appendJSON), nil
 }
 
 func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {

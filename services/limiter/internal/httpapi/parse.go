@@ -2,13 +2,13 @@ package httpapi
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/gin-gonic/gin"
@@ -129,45 +129,90 @@ func userIdentity(c *gin.Context, s *snapshot.Snapshot) (int64, string, *problem
 	return 0, "", fail(http.StatusBadRequest, "X-User-Id must be one positive decimal integer: "+detail(err))
 }
 
-// readBody reads a non-empty body of at most MaxBodyBytes: 413 for a larger
-// body, 400 for an empty or unreadable one.
-func readBody(c *gin.Context) ([]byte, *problem) {
-	body, err := io.ReadAll(http.MaxBytesReader(c.Writer, c.Request.Body, MaxBodyBytes))
-	if err != nil {
-		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
-			return nil, fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
-		}
-		return nil, fail(http.StatusBadRequest, "the body could not be read")
-	}
-	if len(bytes.TrimSpace(body)) == 0 {
-		return nil, fail(http.StatusBadRequest, "the body is empty; send a JSON object")
-	}
-	return body, nil
+// bodyBuf is a request body and its members, reused across requests (see
+// withBody): reading a body then costs no allocation.
+type bodyBuf struct {
+	body    []byte
+	members [8]canon.Member
 }
 
-// readObject reads a JSON object body of at most MaxBodyBytes: 413 for a
-// larger body, 400 for an empty or unparsable one (trailing data included)
-// or one that is not an object.
-func readObject(c *gin.Context) (map[string]json.RawMessage, *problem) {
-	body, p := readBody(c)
-	if p != nil {
-		return nil, p
+// bodyBufs holds bodyBufs.
+var bodyBufs = sync.Pool{New: func() any { return &bodyBuf{body: make([]byte, 0, 1024)} }}
+
+// maxPooledBody is the largest body buffer put back in bodyBufs: a rare
+// large body does not keep its memory in the pool.
+const maxPooledBody = 8 << 10
+
+// withBody reads a non-empty body of at most MaxBodyBytes and calls use
+// with it: 413 for a larger body, 400 for an empty or unreadable one. The
+// bytes are reused once use returns: use copies what it keeps.
+func withBody(c *gin.Context, use func(buf *bodyBuf) *problem) *problem {
+	buf := bodyBufs.Get().(*bodyBuf)
+	defer func() {
+		if cap(buf.body) <= maxPooledBody {
+			clear(buf.members[:])
+			bodyBufs.Put(buf)
+		}
+	}()
+	r := c.Request.Body
+	if n := c.Request.ContentLength; n < 0 || n > MaxBodyBytes {
+		// Unknown or too large: MaxBytesReader stops at the bound and has
+		// the connection closed after the answer. A known length within it
+		// is already where net/http stops reading.
+		r = http.MaxBytesReader(c.Writer, r, MaxBodyBytes)
 	}
-	obj, err := canon.Object(body)
-	if errors.Is(err, canon.ErrDuplicate) {
-		return nil, fail(http.StatusBadRequest, "a member of the body is named twice: "+strings.TrimPrefix(err.Error(), "canon: duplicate member ")+
-			" (parsers disagree on which value wins, so Tollgate takes none)")
+	var err error
+	if buf.body, err = appendAll(buf.body[:0], r); err != nil {
+		if tooBig := (*http.MaxBytesError)(nil); errors.As(err, &tooBig) {
+			return fail(http.StatusRequestEntityTooLarge, fmt.Sprintf("the body is larger than %d bytes", MaxBodyBytes))
+		}
+		return fail(http.StatusBadRequest, "the body could not be read")
 	}
-	if err != nil {
-		return nil, fail(http.StatusBadRequest, "the body is not a JSON object")
+	if len(bytes.TrimSpace(buf.body)) == 0 {
+		return fail(http.StatusBadRequest, "the body is empty; send a JSON object")
 	}
-	return obj, nil
+	return use(buf)
+}
+
+// appendAll appends what r holds to b, as io.ReadAll does to a new slice.
+func appendAll(b []byte, r io.Reader) ([]byte, error) {
+	for {
+		if len(b) == cap(b) {
+			b = append(b, 0)[:len(b)]
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
+}
+
+// withObject reads a JSON object body of at most MaxBodyBytes and calls use
+// with its members: 413 for a larger body, 400 for an empty or unparsable
+// one (trailing data included) or one that is not an object. The members
+// alias a reused buffer: use copies what it keeps (stringMember does).
+func withObject(c *gin.Context, use func(obj canon.Members) *problem) *problem {
+	return withBody(c, func(buf *bodyBuf) *problem {
+		obj, err := canon.AppendObject(buf.members[:0], buf.body)
+		if errors.Is(err, canon.ErrDuplicate) {
+			return fail(http.StatusBadRequest, "a member of the body is named twice: "+strings.TrimPrefix(err.Error(), "canon: duplicate member ")+
+				" (parsers disagree on which value wins, so Tollgate takes none)")
+		}
+		if err != nil {
+			return fail(http.StatusBadRequest, "the body is not a JSON object")
+		}
+		return use(obj)
+	})
 }
 
 // stringMember returns obj[name] as a validated string: 422 when it is
 // missing, not a string or fails check (nil checks nothing).
-func stringMember(obj map[string]json.RawMessage, name string, check func(string) error) (string, *problem) {
-	raw, ok := obj[name]
+func stringMember(obj canon.Members, name string, check func(string) error) (string, *problem) {
+	raw, ok := obj.Get(name)
 	if !ok {
 		return "", fail(http.StatusUnprocessableEntity, name+" is required")
 	}

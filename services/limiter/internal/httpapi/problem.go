@@ -110,6 +110,8 @@ type answer struct {
 	status int    // 0 means 200
 	body   any    // encoded as JSON unless raw is set
 	raw    []byte // already JSON
+	// pooled, when set, is raw's buffer from answerBufs (see jsonOK).
+	pooled *[]byte
 }
 
 // ok answers 200 with body.
@@ -132,14 +134,15 @@ func (h *handler) serve(r route) gin.HandlerFunc {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		if a.raw != nil {
+		switch {
+		case a.pooled != nil:
+			writeJSON(c, status, a.raw)
+			*a.pooled = a.raw[:0]
+			answerBufs.Put(a.pooled)
+		case a.raw != nil:
 			c.Data(status, "application/json", a.raw)
-			return
+		default:
+			c.JSON(status, a.body)
 		}
-		if j, ok := a.body.(jsonAppender); ok {
-			writeAppender(c, status, j)
-			return
-		}
-		c.JSON(status, a.body)
 	}
 }
