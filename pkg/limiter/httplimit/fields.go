@@ -22,18 +22,18 @@ const (
 
 // sfString renders s as a structured-field string (RFC 9651): quoted, with
 // '"' and '\' escaped. Callers pass printable ASCII only (see validName).
-func sfString(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 2)
-	b.WriteByte('"')
+func sfString(s string) string { return string(appendSFString(nil, s)) }
+
+// appendSFString appends sfString(s) to b.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		if s[i] == '"' || s[i] == '\\' {
-			b.WriteByte('\\')
+			b = append(b, '\\')
 		}
-		b.WriteByte(s[i])
+		b = append(b, s[i])
 	}
-	b.WriteByte('"')
-	return b.String()
+	return append(b, '"')
 }
 
 // validName reports whether a policy name can be a structured-field string:
@@ -64,7 +64,7 @@ func PolicyHeader(ps []limiter.Policy) string {
 // RateLimitHeader returns the RateLimit field value for policy name's
 // decision d: "name";r=<remaining>;t=<seconds until reset, rounded up>.
 func RateLimitHeader(name string, d limiter.Decision) string {
-	return sfString(name) + ";r=" + strconv.FormatInt(d.Remaining, 10) + ";t=" + strconv.FormatInt(RetryAfterSeconds(d.ResetAfter), 10)
+	return NewFields("", name, d).RateLimit
 }
 
 // Fields are the values of one answer's rate-limit header fields, formatted
@@ -81,24 +81,42 @@ type Fields struct {
 	// Limit, Remaining and Reset (whole seconds, rounded up) are the shown
 	// policy's numbers, for the X-RateLimit-* fields.
 	Limit, Remaining, Reset int64
+
+	// texts are Limit, Remaining and Reset in decimal when NewFields
+	// formatted them (the numbers they were formatted from in numbers), so
+	// that Set does not format them again.
+	texts   [3]string
+	numbers [3]int64
 }
 
 // NewFields returns the fields for policy name's decision d, announced under
-// policyHeader (a [PolicyHeader] value).
+// policyHeader (a [PolicyHeader] value). Every value it formats shares one
+// allocation.
 func NewFields(policyHeader, name string, d limiter.Decision) Fields {
-	return Fields{
-		Policy:    policyHeader,
-		RateLimit: RateLimitHeader(name, d),
-		Limit:     d.Limit,
-		Remaining: d.Remaining,
-		Reset:     RetryAfterSeconds(d.ResetAfter),
+	f := Fields{Policy: policyHeader, Limit: d.Limit, Remaining: d.Remaining, Reset: RetryAfterSeconds(d.ResetAfter)}
+	f.numbers = [3]int64{f.Limit, f.Remaining, f.Reset}
+	var buf [128]byte
+	b := appendSFString(buf[:0], name)
+	b = strconv.AppendInt(append(b, ";r="...), f.Remaining, 10)
+	b = strconv.AppendInt(append(b, ";t="...), f.Reset, 10)
+	var ends [4]int
+	ends[0] = len(b)
+	for i, n := range f.numbers {
+		b = strconv.AppendInt(b, n, 10)
+		ends[i+1] = len(b)
 	}
+	text := string(b)
+	f.RateLimit = text[:ends[0]]
+	for i := range f.texts {
+		f.texts[i] = text[ends[i]:ends[i+1]]
+	}
+	return f
 }
 
 // Set sets the RateLimit-Policy field and, when a policy is shown, the
 // RateLimit field and the X-RateLimit-Limit, -Remaining and -Reset fields on
 // hd, replacing earlier values. Nothing is set when Policy is empty. The
-// values share one allocation.
+// values share one allocation (two when the numbers were not NewFields').
 func (f Fields) Set(hd http.Header) {
 	if f.Policy == "" {
 		return
@@ -107,13 +125,13 @@ func (f Fields) Set(hd http.Header) {
 		hd[FieldPolicy] = []string{f.Policy}
 		return
 	}
-	v := [...]string{
-		f.Policy,
-		f.RateLimit,
-		strconv.FormatInt(f.Limit, 10),
-		strconv.FormatInt(f.Remaining, 10),
-		strconv.FormatInt(f.Reset, 10),
+	texts := f.texts
+	if f.numbers != [3]int64{f.Limit, f.Remaining, f.Reset} || texts[0] == "" {
+		for i, n := range [3]int64{f.Limit, f.Remaining, f.Reset} {
+			texts[i] = strconv.FormatInt(n, 10)
+		}
 	}
+	v := [...]string{f.Policy, f.RateLimit, texts[0], texts[1], texts[2]}
 	vals := v[:] // one backing array for the five one-value slices
 	hd[FieldPolicy] = vals[0:1:1]
 	hd[FieldRateLimit] = vals[1:2:2]

@@ -65,3 +65,33 @@ func TestNewProblem(t *testing.T) {
 	assert.Equal(t, httplimit.Problem{Type: "urn:tollgate:problem:internal", Title: "Internal Server Error", Status: 500, Detail: "d"},
 		httplimit.NewProblem(418, "d"), "a status Tollgate never answers is a 500")
 }
+
+// NewFields formats its numbers once; Set writes the numbers the Fields
+// hold, also when they were changed after NewFields or never formatted.
+func TestFieldsSetWritesTheirNumbers(t *testing.T) {
+	d := limiter.Decision{Limit: 2_000_000_000, Remaining: 1_999_999_990, ResetAfter: 59_001 * time.Millisecond}
+	f := httplimit.NewFields(`"a\"b";q=2000000000;w=60`, `a"b\c`, d)
+	assert.Equal(t, `"a\"b\\c";r=1999999990;t=60`, f.RateLimit)
+	assert.Equal(t, f.RateLimit, httplimit.RateLimitHeader(`a"b\c`, d))
+	for _, tt := range []struct {
+		name   string
+		change func(*httplimit.Fields)
+		want   [3]string
+	}{
+		{"as made", func(*httplimit.Fields) {}, [3]string{"2000000000", "1999999990", "60"}},
+		{"remaining changed", func(f *httplimit.Fields) { f.Remaining = 7 }, [3]string{"2000000000", "7", "60"}},
+		{"reset changed", func(f *httplimit.Fields) { f.Reset = -1 }, [3]string{"2000000000", "1999999990", "-1"}},
+		{"made by hand", func(f *httplimit.Fields) {
+			*f = httplimit.Fields{Policy: f.Policy, RateLimit: f.RateLimit, Limit: 5, Remaining: 4, Reset: 3}
+		}, [3]string{"5", "4", "3"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := f
+			tt.change(&g)
+			hd := http.Header{}
+			g.Set(hd)
+			assert.Equal(t, tt.want, [3]string{hd.Get("X-RateLimit-Limit"), hd.Get("X-RateLimit-Remaining"), hd.Get("X-RateLimit-Reset")})
+			assert.Equal(t, f.RateLimit, hd.Get("RateLimit"))
+		})
+	}
+}
