@@ -10,3 +10,7 @@ var (
 	WindowStartText = windowStartText
 	EventTimeText   = eventTimeText
 )
+
+// OnYield makes f run each time the writer, between two chunks of a prune,
+// is about to apply the requests queued meanwhile. Set it before the prune.
+func OnYield(s *Store, f func()) { s.yielded = f }

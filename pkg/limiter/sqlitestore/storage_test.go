@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -176,4 +177,53 @@ var bytesCases = []struct {
 }{
 	{limiter.FixedWindow, 1}, {limiter.SlidingLog, 1}, {limiter.SlidingLog, 10},
 	{limiter.SlidingWindow, 1}, {limiter.TokenBucket, 1},
+}
+
+// A prune of many chunks lets the decisions queued meanwhile through between
+// two chunks, instead of making them wait for all of them: under load, a
+// prune of a minute's expired windows took seconds, and every decision
+// waiting behind it failed on the service's decision budget.
+func TestPruneLetsDecisionsThroughBetweenChunks(t *testing.T) {
+	s, path := newStore(t)
+	ctx := context.Background()
+	p := policy("fixed", limiter.FixedWindow, 10)
+	// Three chunks and a half of expired windows, written directly.
+	db := rawDB(t, path)
+	_, err := db.Exec(`WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 3500)
+		INSERT INTO rate_limit_windows (policy, key, endpoint, window_start, count)
+		SELECT 'fixed', 'old-' || i, '', ?, 1 FROM n`, sqlitestore.WindowStartText(t0.Add(-time.Hour)))
+	require.NoError(t, err)
+
+	decided := make(chan limiter.Decision, 1)
+	var during limiter.Decision // answered while the prune still had chunks to go
+	yields := 0
+	sqlitestore.OnYield(s, func() {
+		yields++
+		switch yields {
+		case 1:
+			// After the first chunk: a decision arrives, and is queued
+			// before the writer looks at the queue.
+			go func() {
+				d, err := s.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: "new"}, Cost: 1, Now: t0})
+				assert.NoError(t, err)
+				decided <- d
+			}()
+			for sqlitestore.QueueLen(s) == 0 {
+				runtime.Gosched()
+			}
+		case 2:
+			// After the second: it has been answered.
+			select {
+			case during = <-decided:
+			case <-time.After(time.Minute):
+				t.Error("the decision queued after the first chunk was not answered before the third")
+			}
+		}
+	})
+	n, err := s.Prune(ctx, t0, []limiter.Policy{p})
+	require.NoError(t, err)
+	assert.Equal(t, int64(3500), n)
+	assert.GreaterOrEqual(t, yields, 3, "a yield after each full chunk (and after each step giving the pages back)")
+	assert.True(t, during.Allowed)
+	assert.Equal(t, int64(1), during.Count)
 }

@@ -131,6 +131,7 @@ type Store struct {
 	stopped chan struct{} // closed when the writer has drained the queue
 
 	ops     sync.Pool
+	yielded func() // tests only: called by yield before it looks at the queue
 	batches atomic.Int64
 	applied atomic.Int64
 	replays atomic.Int64

@@ -52,7 +52,9 @@ type writer struct {
 	health         *sql.Stmt // a commit for Ping to make
 	auditRetention time.Duration
 	vacuumed       bool // the file is in an auto_vacuum mode; see incrementalVacuum
-	batch          []*op
+	// batch, todo and prunes are batch's lists, kept for their capacity;
+	// prunes holds the prunes to run once the batch is answered.
+	batch, todo, prunes []*op
 }
 
 func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*writer, error) {
@@ -60,7 +62,7 @@ func newWriter(ctx context.Context, c *sql.Conn, cfg config, vacuumed bool) (*wr
 	if err != nil {
 		return nil, err
 	}
-	w := &writer{conn: c, q: q, auditRetention: cfg.auditRetention, vacuumed: vacuumed, batch: make([]*op, 0, cfg.maxBatch)}
+	w := &writer{conn: c, q: q, auditRetention: cfg.auditRetention, vacuumed: vacuumed, batch: make([]*op, 0, cfg.maxBatch), todo: make([]*op, 0, cfg.maxBatch)}
 	for _, tx := range []struct {
 		dst   **sql.Stmt
 		query string
@@ -93,66 +95,100 @@ func (w *writer) close() error {
 
 // run is the writer goroutine. It returns when s.queue is closed and empty.
 //
-// For each batch it takes the first queued request, makes sure the file at
-// the path is the one open (checkFile), begins the transaction (waiting, up
-// to the busy timeout, for other processes to release the write lock, while
-// more requests queue up), then takes whatever else is queued up to the
-// batch bound, applies all in arrival order, commits, runs the batch's
-// prunes (each in transactions of its own, see prune), and answers. While
-// the disk is full (the reserve is missing) it refuses decisions and pings,
-// and still applies prunes and resets, which free room.
+// For each batch it takes the first queued request and applies it with
+// whatever else is queued (see batch). Prunes are run after the batch that
+// brought them, one at a time, and between two of their chunks the writer
+// applies one batch of the requests queued meanwhile (see yield): a prune of
+// a million expired rows takes a thousand chunks, and the decisions that
+// arrive during it must not wait for all of them (they would pass the
+// service's decision budget and fail).
 func (s *Store) run() {
 	defer close(s.stopped)
-	batch := make([]*op, 0, s.cfg.maxBatch)
-	todo := make([]*op, 0, s.cfg.maxBatch)
-	var prunes []*op
 	for first := range s.queue {
-		s.batches.Add(1)
-		fileErr := s.checkFile()
-		var fullErr, beginErr error
-		if fileErr == nil {
-			fullErr = s.reserve.missing()
-		}
-		begun := false
-		if fileErr == nil && first.kind != opPrune && (fullErr == nil || first.frees()) {
-			_, beginErr = s.w.begin.Exec()
-			begun = beginErr == nil
-		}
-		// Let the callers answered by the last batch queue their next
-		// request before this batch is closed: larger batches, fewer commits.
-		runtime.Gosched()
-		batch = fill(append(batch[:0], first), s.queue)
-		todo, prunes = todo[:0], prunes[:0]
-		for _, o := range batch {
-			switch {
-			case fileErr != nil:
-				o.res.err = fileErr
-			case fullErr != nil && !o.frees():
-				o.res.err = fullErr
-			case o.kind == opPrune:
-				prunes = append(prunes, o)
-			case beginErr != nil:
-				o.res.err = fmt.Errorf("begin: %w", unavailable(beginErr))
-			default:
-				todo = append(todo, o) // first among them when begun
-			}
-		}
-		s.w.applyAll(s, todo, begun)
-		for _, o := range todo {
-			if isFull(o.res.err) {
-				s.onFull()
-				break
-			}
-		}
-		for _, o := range prunes {
+		s.batch(first)
+		for len(s.w.prunes) > 0 {
+			o := s.w.prunes[0]
+			s.w.prunes = s.w.prunes[1:]
 			o.res = s.prune(o)
-		}
-		s.applied.Add(int64(len(batch)))
-		for _, o := range batch {
+			s.applied.Add(1)
 			o.done <- struct{}{}
 		}
-		clear(batch) // drop the references until the next batch
+		s.w.prunes = s.w.prunes[:0]
 	}
+}
+
+// yield applies one batch of the requests queued meanwhile, if any, without
+// waiting: called between two chunks of a prune.
+func (s *Store) yield() {
+	if s.yielded != nil {
+		s.yielded()
+	}
+	select {
+	case o, ok := <-s.queue:
+		if ok {
+			s.batch(o)
+		}
+	default:
+	}
+}
+
+// batch makes sure the file at the path is the one open (checkFile), begins
+// the transaction (waiting, up to the busy timeout, for other processes to
+// release the write lock, while more requests queue up), then takes
+// whatever else is queued up to the batch bound, applies all in arrival
+// order, commits and answers, but for the prunes, which it leaves in
+// s.w.prunes for run. While the disk is full (the reserve is missing) it
+// refuses decisions and pings, and still applies resets, which free room.
+func (s *Store) batch(first *op) {
+	s.batches.Add(1)
+	fileErr := s.checkFile()
+	var fullErr, beginErr error
+	if fileErr == nil {
+		fullErr = s.reserve.missing()
+	}
+	begun := false
+	if fileErr == nil && first.kind != opPrune && (fullErr == nil || first.frees()) {
+		_, beginErr = s.w.begin.Exec()
+		begun = beginErr == nil
+	}
+	// Let the callers answered by the last batch queue their next
+	// request before this batch is closed: larger batches, fewer commits.
+	runtime.Gosched()
+	batch := fill(append(s.w.batch[:0], first), s.queue)
+	todo := s.w.todo[:0]
+	answered := 0
+	for _, o := range batch {
+		switch {
+		case fileErr != nil:
+			o.res.err = fileErr
+		case fullErr != nil && !o.frees():
+			o.res.err = fullErr
+		case o.kind == opPrune:
+			s.w.prunes = append(s.w.prunes, o)
+			continue // answered by run once done
+		case beginErr != nil:
+			o.res.err = fmt.Errorf("begin: %w", unavailable(beginErr))
+		default:
+			todo = append(todo, o) // first among them when begun
+		}
+		batch[answered] = o
+		answered++
+	}
+	s.w.applyAll(s, todo, begun)
+	for _, o := range todo {
+		if isFull(o.res.err) {
+			s.onFull()
+			break
+		}
+	}
+	s.applied.Add(int64(answered))
+	for _, o := range batch[:answered] {
+		o.done <- struct{}{}
+	}
+	// Drop the references until the next batch.
+	clear(batch)
+	clear(todo)
+	s.w.batch, s.w.todo = batch[:0], todo[:0]
 }
 
 // frees reports whether o only deletes (a prune or a reset): it runs while
@@ -292,6 +328,7 @@ func (s *Store) prune(o *op) result {
 			if err != nil || n < pruneChunk {
 				return err
 			}
+			s.yield()
 		}
 	}
 	for _, p := range o.policies {
@@ -361,6 +398,7 @@ func (s *Store) giveBack(ctx context.Context) error {
 		if err := s.checkpoint(ctx, "PASSIVE"); err != nil {
 			return err
 		}
+		s.yield()
 	}
 	if err := s.checkpoint(ctx, "TRUNCATE"); err != nil {
 		return err
