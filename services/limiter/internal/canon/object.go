@@ -51,6 +51,10 @@ func (ms Members) Get(name string) (json.RawMessage, bool) {
 // costs linear time, not quadratic).
 const smallObject = 8
 
+// ErrNotArray is returned by AppendArray for bytes that are not exactly one
+// JSON array.
+var ErrNotArray = errors.New("canon: not a JSON array")
+
 // AppendObject parses b as one JSON object and appends its members to
 // dst[:0] (a caller's array spares the allocation). Member names are
 // compared after unescaping ("a" and "\u0061" are the same name; invalid
@@ -64,48 +68,92 @@ const smallObject = 8
 // members, besides dst's growth.
 func AppendObject(dst Members, b []byte) (Members, error) {
 	p := scanner{b: b}
-	p.space()
-	if !p.eat('{') {
-		return nil, ErrNotObject
-	}
 	obj := dst[:0]
 	var seen map[string]struct{}
+	err := p.document('{', ErrNotObject, func() error {
+		name, ok := p.name()
+		if !ok {
+			return ErrNotObject
+		}
+		p.space()
+		if !p.eat(':') {
+			return ErrNotObject
+		}
+		p.space()
+		start := p.i
+		if !p.value(0) {
+			return ErrNotObject
+		}
+		if duplicate(obj, &seen, name) {
+			return fmt.Errorf("%w %q", ErrDuplicate, name)
+		}
+		obj = append(obj, Member{name: name, Value: json.RawMessage(b[start:p.i:p.i])})
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// AppendArray parses b as one JSON array and appends its elements' bytes,
+// without the whitespace around them, to dst[:0] (a caller's array spares
+// the allocation); they alias b. Elements are checked for syntax only, as
+// encoding/json checks them (an object's names may repeat). Trailing data
+// after the array is ErrNotArray.
+func AppendArray(dst []json.RawMessage, b []byte) ([]json.RawMessage, error) {
+	p := scanner{b: b}
+	elems := dst[:0]
+	err := p.document('[', ErrNotArray, func() error {
+		start := p.i
+		if !p.value(0) {
+			return ErrNotArray
+		}
+		elems = append(elems, json.RawMessage(b[start:p.i:p.i]))
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return elems, nil
+}
+
+// document reads all of p.b as one object or array, opening with open,
+// with only whitespace around it: item reads each member or element from
+// its first byte on and returns its error. Bad syntax around the items is
+// notIt. (item reaches p through its closure: a scanner passed to it would
+// escape to the heap.)
+func (p *scanner) document(open byte, notIt error, item func() error) error {
+	end := byte(']')
+	if open == '{' {
+		end = '}'
+	}
 	p.space()
-	if !p.eat('}') {
+	if !p.eat(open) {
+		return notIt
+	}
+	p.space()
+	if !p.eat(end) {
 		for {
 			p.space()
-			name, ok := p.name()
-			if !ok {
-				return nil, ErrNotObject
+			if err := item(); err != nil {
+				return err
 			}
-			p.space()
-			if !p.eat(':') {
-				return nil, ErrNotObject
-			}
-			p.space()
-			start := p.i
-			if !p.value(0) {
-				return nil, ErrNotObject
-			}
-			if duplicate(obj, &seen, name) {
-				return nil, fmt.Errorf("%w %q", ErrDuplicate, name)
-			}
-			obj = append(obj, Member{name: name, Value: json.RawMessage(b[start:p.i:p.i])})
 			p.space()
 			if p.eat(',') {
 				continue
 			}
-			if p.eat('}') {
+			if p.eat(end) {
 				break
 			}
-			return nil, ErrNotObject
+			return notIt
 		}
 	}
 	p.space()
-	if p.i != len(b) {
-		return nil, ErrNotObject
+	if p.i != len(p.b) {
+		return notIt
 	}
-	return obj, nil
+	return nil
 }
 
 // duplicate reports whether name is among obj's names and, past

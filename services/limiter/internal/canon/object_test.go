@@ -152,6 +152,71 @@ func BenchmarkObject(b *testing.B) {
 	})
 }
 
+// referenceArray is AppendArray as encoding/json's Decoder reads it,
+// element by element.
+func referenceArray(b []byte) ([]json.RawMessage, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+		return nil, canon.ErrNotArray
+	}
+	elems := []json.RawMessage{}
+	for dec.More() {
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, canon.ErrNotArray
+		}
+		elems = append(elems, v)
+	}
+	if t, err := dec.Token(); err != nil || t != json.Delim(']') {
+		return nil, canon.ErrNotArray
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, canon.ErrNotArray
+	}
+	return elems, nil
+}
+
+// sameArrayAsReference fails t when AppendArray and referenceArray disagree
+// on b.
+func sameArrayAsReference(t *testing.T, b []byte) {
+	t.Helper()
+	want, wantErr := referenceArray(b)
+	var elems [2]json.RawMessage
+	got, err := canon.AppendArray(elems[:0], b)
+	if wantErr != nil {
+		require.ErrorIs(t, err, canon.ErrNotArray, "%q: the reference refuses it", b)
+		return
+	}
+	require.NoError(t, err, "%q", b)
+	assert.Equal(t, want, append([]json.RawMessage{}, got...), "%q", b)
+}
+
+var arrayCases = []string{
+	``, ` `, `[]`, ` [ ] `, `[`, `]`, `{}`, `"x"`, `null`, `1`, `[] `, "[]\n\t\r", `[]x`, `[][]`, "\ufeff[]",
+	`[1]`, `[ 1 , "a" , null ]`, `[1,]`, `[,1]`, `[1 2]`, `[1,,2]`, `[[]]`, `[{}]`, `[[1,[2]],{"a":[3]}]`,
+	`[{"entries":[{"key":"client","value":"k-1"}]}]`, `[{"a":1,"a":2}]`, `[{"a"}]`, `[{"a":}]`, `["\ud800"]`, "[\"\xff\"]",
+	`[01]`, `[-]`, `[1.]`, `[1e]`, `[-12.5e+3]`, `[tru]`, `[nul]`, `["a\x"]`, "[\"a\tb\"]", `[[`, `["`, `[1`, `[1,`,
+}
+
+func TestArrayAgreesWithEncodingJSON(t *testing.T) {
+	for _, in := range arrayCases {
+		sameArrayAsReference(t, []byte(in))
+	}
+	// Past the caller's array, the elements go to a new one.
+	sameArrayAsReference(t, []byte(`[1,2,3,4,5]`))
+	// Nesting: encoding/json allows an element 10,000 arrays deep.
+	for _, depth := range []int{9999, 10000, 10001} {
+		sameArrayAsReference(t, []byte("["+strings.Repeat("[", depth)+strings.Repeat("]", depth)+"]"))
+	}
+}
+
+func FuzzArray(f *testing.F) {
+	for _, in := range arrayCases {
+		f.Add([]byte(in))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) { sameArrayAsReference(t, b) })
+}
+
 // referenceString is what the handlers did before canon.String.
 func referenceString(raw []byte) (string, bool) {
 	var s string
