@@ -24,7 +24,12 @@ import (
 func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	var req rlsv3.RateLimitRequest
 	if p := withBody(c, func(buf *bodyBuf) *problem {
-		// protojson copies every string it reads: req keeps nothing of buf.
+		// Envoy's usual shape without protojson's reflection; protojson
+		// reads the rest and words the errors. Both copy every string they
+		// read: req keeps nothing of buf.
+		if parseEnvoyRequest(buf.body, &req) {
+			return nil
+		}
 		if err := protojson.Unmarshal(buf.body, &req); err != nil {
 			return fail(http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
 		}
