@@ -45,6 +45,11 @@ func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer,
 		case codes.InvalidArgument:
 			return answer{}, fail(http.StatusBadRequest, st.Message())
 		case codes.Unavailable:
+			if cerr := c.Request.Context().Err(); cerr != nil {
+				// The client went away: the status lost the cause's chain,
+				// through which unavailable tells that from a store error.
+				return answer{}, unavailable(cerr)
+			}
 			return answer{}, unavailable(err)
 		case codes.ResourceExhausted: // shed: the cause's chain is lost in the status
 			return answer{}, unavailable(limiter.ErrOverloaded)

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
@@ -110,6 +111,8 @@ type options struct {
 	StoreName             string
 	OffendersWindow       time.Duration
 	OffendersRawKeys      bool
+	// Envoy, when set, serves POST /json.
+	Envoy *envoy.Rules
 }
 
 // server is one engine under test with its fake clock, store and logs.
@@ -163,7 +166,7 @@ func (s *server) Reload(policies []limiter.Policy, pingRoute, checkRoute []strin
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies: policies, PingRoute: pingRoute, CheckRoute: checkRoute,
 		Store: s.store, StoreName: s.opts.StoreName, Clock: s.clock,
-		Metrics: s.decisions, Offenders: s.refusals,
+		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy,
 	})
 	if err != nil {
 		return err
