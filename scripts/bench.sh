@@ -9,7 +9,9 @@
 # script prints the machine, runs `go test -bench` on pkg/limiter and the
 # service's HTTP handler (benchstat-friendly; BENCHTIME, default 1s;
 # BENCH_LIB=0 skips it), then starts on free loopback ports: the baseline
-# (`loadgen baseline`, bare Gin), the service on the memory store, on
+# (`loadgen baseline`, bare Gin), the same with the header fields the
+# service sends (`loadgen baseline --fields`: what they cost alone), the
+# service on the memory store, on
 # SQLite (a temporary file) and on Redis (a private redis-server, when the
 # binary is on PATH), each with tools/loadgen/configs/bench.yaml and the
 # access log off, and runs `loadgen bench` (extra arguments go to every
@@ -110,10 +112,12 @@ service() {
 }
 
 start baseline healthz "$bin/loadgen" baseline --addr "127.0.0.1:{port}"
+start fields healthz "$bin/loadgen" baseline --fields --addr "127.0.0.1:{port}"
 service memory memory
 service sqlite sqlite --sqlite-path "$tmp/bench.db"
 targets=(
 	--target "baseline=http://127.0.0.1:$port_baseline@$pid_baseline"
+	--target "fields=http://127.0.0.1:$port_fields@$pid_fields"
 	--target "memory=http://127.0.0.1:$port_memory@$pid_memory"
 	--target "sqlite=http://127.0.0.1:$port_sqlite@$pid_sqlite"
 )
@@ -170,7 +174,7 @@ else
 			"${json_targets[@]}" --baseline peer --generator wrk --route json --fixed-rate 0 --goal tollgate=2.5 "$@"
 	fi
 fi
-for name in baseline memory sqlite redisd redis tollgate peer; do
+for name in baseline fields memory sqlite redisd redis tollgate peer; do
 	pidvar="pid_$name"
 	if [ -n "${!pidvar:-}" ] && ! kill -0 "${!pidvar}" 2>/dev/null; then
 		echo "$me: $name died during the run; its log:" >&2

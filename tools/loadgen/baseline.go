@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
@@ -20,30 +21,54 @@ var (
 	baselineBadBody   = []byte(`{"type":"about:blank","title":"Bad Request","status":400,"detail":"bad request"}`)
 )
 
+// baselineFields are the rate-limit header fields the service sets on an
+// allowed decision, with constant values; the request id is made per
+// request, as the service makes one.
+var baselineFields = map[string][]string{
+	"Ratelimit-Policy":      {`"bench";q=2000000000;w=1`},
+	"Ratelimit":             {`"bench";r=1999999999;t=1`},
+	"X-Ratelimit-Limit":     {"2000000000"},
+	"X-Ratelimit-Remaining": {"1999999999"},
+	"X-Ratelimit-Reset":     {"1"},
+}
+
 // baselineHandler is the HTTP ceiling: a Gin engine with the service's
 // routes and no limiter. POST /v1/check and POST /rate/check decode the
 // request body (as the service must), GET /ping and POST /rate/check read
 // the identity header, and each answers a constant allowed decision, or
 // 400 when the body is not JSON or the header is missing; GET /healthz
-// answers 200. It is safe for concurrent use.
-func baselineHandler() http.Handler {
+// answers 200. With fields, each allowed decision also carries the header
+// fields the service sends with one (X-Request-Id and the rate-limit
+// fields), so that their own cost can be told from the limiter's. It is
+// safe for concurrent use.
+func baselineHandler(fields bool) http.Handler {
 	gin.SetMode(gin.ReleaseMode)
 	e := gin.New()
 	bad := func(c *gin.Context) { c.Data(http.StatusBadRequest, "application/problem+json", baselineBadBody) }
+	allowed := func(c *gin.Context, body []byte) {
+		if fields {
+			h := c.Writer.Header()
+			h["X-Request-Id"] = []string{rand.Text()}
+			for k, v := range baselineFields {
+				h[k] = v
+			}
+		}
+		c.Data(http.StatusOK, "application/json", body)
+	}
 	e.POST(checkPath, func(c *gin.Context) {
 		var req checkRequest
 		if err := c.ShouldBindJSON(&req); err != nil {
 			bad(c)
 			return
 		}
-		c.Data(http.StatusOK, "application/json", baselineBody)
+		allowed(c, baselineBody)
 	})
 	e.GET("/ping", func(c *gin.Context) {
 		if c.GetHeader("X-Client-Key") == "" {
 			bad(c)
 			return
 		}
-		c.Data(http.StatusOK, "application/json", baselinePingBody)
+		allowed(c, baselinePingBody)
 	})
 	e.POST("/rate/check", func(c *gin.Context) {
 		var req struct {
@@ -53,7 +78,7 @@ func baselineHandler() http.Handler {
 			bad(c)
 			return
 		}
-		c.Data(http.StatusOK, "application/json", baselineCheckBody)
+		allowed(c, baselineCheckBody)
 	})
 	e.GET("/healthz", func(c *gin.Context) {
 		c.Data(http.StatusOK, "application/json", []byte(`{"status":"ok"}`))
@@ -63,12 +88,12 @@ func baselineHandler() http.Handler {
 
 // runBaseline serves the baseline on addr until ctx ends, then shuts down
 // gracefully. It prints the address it listens on to stdout.
-func runBaseline(ctx context.Context, addr string, stdout io.Writer) error {
+func runBaseline(ctx context.Context, addr string, fields bool, stdout io.Writer) error {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("loadgen: baseline: %w", err)
 	}
-	srv := &http.Server{Handler: baselineHandler(), ReadHeaderTimeout: 5 * time.Second}
+	srv := &http.Server{Handler: baselineHandler(fields), ReadHeaderTimeout: 5 * time.Second}
 	fmt.Fprintf(stdout, "baseline: listening on http://%s (Ctrl-C to stop)\n", ln.Addr())
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()

@@ -67,7 +67,7 @@ type countingServer struct {
 
 func newCountingServer(t *testing.T, failEvery int64) *countingServer {
 	cs := &countingServer{}
-	base := baselineHandler()
+	base := baselineHandler(false)
 	var n atomic.Int64
 	cs.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == checkPath && failEvery > 0 && n.Add(1)%failEvery == 0 {

@@ -22,7 +22,7 @@ import (
 // Each route's requests put the key where the service reads it, and the
 // baseline answers every route bench drives on it.
 func TestBenchRouteRequests(t *testing.T) {
-	base := httptest.NewServer(baselineHandler())
+	base := httptest.NewServer(baselineHandler(false))
 	t.Cleanup(base.Close)
 	for _, r := range benchRoutes {
 		tr := r.targeter(base.URL, "pol", "pre", 3)

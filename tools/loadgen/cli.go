@@ -38,7 +38,7 @@ type options struct {
 	rate, maxRate, keys    int
 	duration, step, maxP99 time.Duration
 	storeLabel, addr       string
-	quiet                  bool
+	quiet, fields          bool // fields: the baseline sends the service's header fields
 	bench                  benchOptions
 }
 
@@ -130,6 +130,8 @@ func benchFlags(fs *flag.FlagSet, o *options) {
 
 func baselineFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&o.addr, "addr", "127.0.0.1:8081", "address to listen on")
+	fs.BoolVar(&o.fields, "fields", false, "also send, with each allowed decision, the header fields the service sends with one "+
+		"(X-Request-Id, RateLimit-Policy, RateLimit, X-RateLimit-*), constant but for the request id: what they cost alone")
 }
 
 // section is one scenario's part of the report.
@@ -252,7 +254,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runBenchCommand(ctx, o.bench, stdout, stderr)
 	}
 	if cmd.name == "baseline" {
-		if err := runBaseline(ctx, o.addr, stdout); err != nil {
+		if err := runBaseline(ctx, o.addr, o.fields, stdout); err != nil {
 			fmt.Fprintln(stderr, err)
 			return exitFail
 		}

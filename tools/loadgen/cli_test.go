@@ -95,7 +95,7 @@ func TestTargetDownIsOneLineAndExit2(t *testing.T) {
 }
 
 func TestProbeRefusesAPolicyWithAnotherLimit(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	var stdout, stderr bytes.Buffer
 	code := run(t.Context(), []string{"race", "--target", srv.URL, "--out", t.TempDir()}, &stdout, &stderr)
@@ -104,7 +104,7 @@ func TestProbeRefusesAPolicyWithAnotherLimit(t *testing.T) {
 }
 
 func TestThroughputCommandAgainstBaseline(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	out := t.TempDir()
 	var stdout, stderr bytes.Buffer
@@ -169,7 +169,7 @@ func TestBaselineServesUntilCancelled(t *testing.T) {
 // is known exactly.
 
 func TestBoundaryAgainstBaselineCountsEveryRequest(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	out := t.TempDir()
 	e := testEnv(t, "boundary", "--target", srv.URL, "--out", out, "--limit", "5", "--window", "1s", "--cycles", "1", "--policies", "a,b")
@@ -195,7 +195,7 @@ func TestBoundaryAgainstBaselineCountsEveryRequest(t *testing.T) {
 }
 
 func TestRaceAgainstBaselineCountsEveryRequest(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	out := t.TempDir()
 	e := testEnv(t, "race", "--target", srv.URL, "--out", out, "--window", "1s", "--n", "64", "--rounds", "2", "--race-policies", "a,b")
@@ -210,7 +210,7 @@ func TestRaceAgainstBaselineCountsEveryRequest(t *testing.T) {
 }
 
 func TestThroughputAgainstBaseline(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	out := t.TempDir()
 	e := testEnv(t, "throughput", "--target", srv.URL, "--out", out, "--policies", "a", "--step", "100ms",
@@ -238,7 +238,7 @@ func TestThroughputAgainstBaseline(t *testing.T) {
 }
 
 func TestScenariosStopWhenCancelled(t *testing.T) {
-	srv := httptest.NewServer(baselineHandler())
+	srv := httptest.NewServer(baselineHandler(false))
 	defer srv.Close()
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
@@ -249,4 +249,44 @@ func TestScenariosStopWhenCancelled(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	_, err = runThroughput(ctx, e)
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+// With fields, the baseline's allowed decisions carry the header fields the
+// service sends (a new request id each time); without, none of them.
+func TestBaselineFields(t *testing.T) {
+	for _, fields := range []bool{false, true} {
+		srv := httptest.NewServer(baselineHandler(fields))
+		ids := map[string]bool{}
+		for _, r := range []struct{ method, path, header, body string }{
+			{http.MethodPost, "/v1/check", "", `{"policy":"p","key":"k"}`},
+			{http.MethodGet, "/ping", "X-Client-Key", ""},
+			{http.MethodPost, "/rate/check", "X-User-Id", `{"endpoint":"/e"}`},
+		} {
+			req, err := http.NewRequest(r.method, srv.URL+r.path, strings.NewReader(r.body))
+			require.NoError(t, err)
+			if r.header != "" {
+				req.Header.Set(r.header, "1")
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode, r.path)
+			for name, want := range baselineFields {
+				if fields {
+					assert.Equal(t, want, resp.Header.Values(name), "%s %s", r.path, name)
+				} else {
+					assert.Empty(t, resp.Header.Values(name), "%s %s", r.path, name)
+				}
+			}
+			if id := resp.Header.Get("X-Request-Id"); id != "" {
+				ids[id] = true
+			}
+		}
+		srv.Close()
+		if fields {
+			assert.Len(t, ids, 3, "a new request id per answer")
+		} else {
+			assert.Empty(t, ids)
+		}
+	}
 }
