@@ -527,8 +527,14 @@ func (s *Store) submit(ctx context.Context, what string, o op) (result, error) {
 		}
 		return res, nil
 	case <-ctx.Done():
-		// The writer may still apply and commit q; it answers on q's
-		// buffered channel, which nobody reads any more, and q is not reused.
+		// q is not reused: the writer may still answer on its buffered
+		// channel, which nobody reads any more.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) && q.abandon() {
+			// The writer had not taken it, and now never will: the
+			// caller's time ran out while it waited for its turn.
+			return result{}, fmt.Errorf("sqlitestore: %s: %w: %w", what, limiter.ErrOverloaded, ctx.Err())
+		}
+		// Cancelled, or in the writer's hands: it may still be applied.
 		return result{}, fmt.Errorf("sqlitestore: %s: %w", what, ctx.Err())
 	}
 }

@@ -495,6 +495,62 @@ func TestContextEndsWhileQueued(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled, "an ended ctx is refused before queueing")
 }
 
+// deadline is a context whose deadline passes when the test says so.
+type deadline struct {
+	context.Context
+	done chan struct{}
+}
+
+func newDeadline() *deadline {
+	return &deadline{Context: context.Background(), done: make(chan struct{})}
+}
+
+func (d *deadline) Done() <-chan struct{} { return d.done }
+func (d *deadline) pass()                 { close(d.done) }
+func (d *deadline) Err() error {
+	select {
+	case <-d.done:
+		return context.DeadlineExceeded
+	default:
+		return nil
+	}
+}
+
+// A request whose time runs out while it waits for the writer is shed: it
+// fails with limiter.ErrOverloaded (the store is not to blame) and is never
+// applied, whether it was still queued or already in a batch the writer had
+// not begun to apply.
+func TestDeadlineWhileQueuedSheds(t *testing.T) {
+	s, path := newStore(t, sqlitestore.WithBusyTimeout(time.Minute))
+	p := policy("p", limiter.FixedWindow, 10)
+	key := limiter.Key{Subject: "a"}
+	release := holdWriteLock(t, path)
+	before := s.Stats()
+
+	ctx := newDeadline()
+	errs := make(chan error, 2)
+	allow := func() {
+		_, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
+		errs <- err
+	}
+	go allow()
+	require.Eventually(t, func() bool { return s.Stats().Batches == before.Batches+1 }, 10*time.Second, time.Millisecond)
+	go allow()
+	require.Eventually(t, func() bool { return sqlitestore.QueueLen(s) == 1 }, 10*time.Second, time.Millisecond)
+	ctx.pass() // one request is in the writer's batch, one is queued
+	for range 2 {
+		err := <-errs
+		assert.ErrorIs(t, err, limiter.ErrOverloaded)
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	release()
+
+	require.NoError(t, s.Ping(context.Background()))
+	d, err := s.Peek(context.Background(), p, key, t0)
+	require.NoError(t, err)
+	assert.Equal(t, int64(0), d.Count, "a shed request is not applied")
+}
+
 func TestPeekDoesNotWaitForTheWriter(t *testing.T) {
 	s, path := newStore(t)
 	ctx := context.Background()

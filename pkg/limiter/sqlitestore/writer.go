@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
@@ -32,7 +33,29 @@ type op struct {
 	policies []limiter.Policy
 	res      result
 	done     chan struct{}
+	// state is opQueued until the writer takes the op to apply it
+	// (opTaken) or its caller, out of time, abandons it first
+	// (opAbandoned); changed only by compare-and-swap, so the two agree on
+	// whether the op was applied.
+	state uint32
 }
+
+// The states of an op.
+const (
+	opQueued uint32 = iota
+	opTaken
+	opAbandoned
+)
+
+// take marks o as taken by the writer, unless its caller abandoned it first;
+// it reports whether o may be applied (also when taken already: a replay).
+func (o *op) take() bool {
+	return atomic.CompareAndSwapUint32(&o.state, opQueued, opTaken) || atomic.LoadUint32(&o.state) == opTaken
+}
+
+// abandon marks o as abandoned by its caller, unless the writer took it
+// first; it reports whether o will never be applied.
+func (o *op) abandon() bool { return atomic.CompareAndSwapUint32(&o.state, opQueued, opAbandoned) }
 
 type result struct {
 	d   limiter.Decision
@@ -259,6 +282,9 @@ func fill(batch []*op, queue <-chan *op) []*op {
 func (w *writer) apply(batch []*op) bool {
 	ctx := context.Background() // a caller's ctx must not abort the others' transaction
 	for _, o := range batch {
+		if !o.take() {
+			continue // its caller has answered: never applied
+		}
 		if err := o.ctx.Err(); err != nil {
 			o.res = result{err: err}
 			continue
