@@ -461,94 +461,76 @@ func TestBatchFailureIsIsolated(t *testing.T) {
 	}
 }
 
-func TestContextEndsWhileQueued(t *testing.T) {
-	s, path := newStore(t, sqlitestore.WithBusyTimeout(time.Minute))
-	p := policy("p", limiter.FixedWindow, 10)
-	key := limiter.Key{Subject: "a"}
-	release := holdWriteLock(t, path)
-	before := s.Stats()
-
-	ctx, cancel := context.WithCancel(context.Background())
-	errs := make(chan error, 2)
-	go func() {
-		_, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
-		errs <- err
-	}()
-	require.Eventually(t, func() bool { return s.Stats().Batches == before.Batches+1 }, 10*time.Second, time.Millisecond)
-	go func() {
-		_, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
-		errs <- err
-	}()
-	require.Eventually(t, func() bool { return sqlitestore.QueueLen(s) == 1 }, 10*time.Second, time.Millisecond)
-	cancel() // one request is in the writer's hands, one is queued
-	assert.ErrorIs(t, <-errs, context.Canceled)
-	assert.ErrorIs(t, <-errs, context.Canceled)
-	release()
-
-	// Neither was applied: their callers had gone before the writer got to them.
-	require.NoError(t, s.Ping(context.Background()))
-	d, err := s.Peek(context.Background(), p, key, t0)
-	require.NoError(t, err)
-	assert.Equal(t, int64(0), d.Count)
-
-	_, err = s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
-	assert.ErrorIs(t, err, context.Canceled, "an ended ctx is refused before queueing")
-}
-
-// deadline is a context whose deadline passes when the test says so.
-type deadline struct {
+// ending is a context that ends, with the error the test gives, when the
+// test says so.
+type ending struct {
 	context.Context
 	done chan struct{}
+	err  error
 }
 
-func newDeadline() *deadline {
-	return &deadline{Context: context.Background(), done: make(chan struct{})}
-}
+func newEnding() *ending { return &ending{Context: context.Background(), done: make(chan struct{})} }
 
-func (d *deadline) Done() <-chan struct{} { return d.done }
-func (d *deadline) pass()                 { close(d.done) }
-func (d *deadline) Err() error {
+func (e *ending) Done() <-chan struct{} { return e.done }
+func (e *ending) end(err error)         { e.err = err; close(e.done) }
+func (e *ending) Err() error {
 	select {
-	case <-d.done:
-		return context.DeadlineExceeded
+	case <-e.done:
+		return e.err
 	default:
 		return nil
 	}
 }
 
-// A request whose time runs out while it waits for the writer is shed: it
-// fails with limiter.ErrOverloaded (the store is not to blame) and is never
+// A request whose context ends while it waits for the writer is never
 // applied, whether it was still queued or already in a batch the writer had
-// not begun to apply.
-func TestDeadlineWhileQueuedSheds(t *testing.T) {
-	s, path := newStore(t, sqlitestore.WithBusyTimeout(time.Minute))
-	p := policy("p", limiter.FixedWindow, 10)
-	key := limiter.Key{Subject: "a"}
-	release := holdWriteLock(t, path)
-	before := s.Stats()
+// not begun to apply. Cancelled, it fails with context.Canceled (its caller
+// went away); out of time, it is shed: limiter.ErrOverloaded, the store is
+// not to blame.
+func TestContextEndsWhileQueued(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		err  error   // the context's
+		want []error // what both requests' errors wrap
+	}{
+		{"cancelled", context.Canceled, []error{context.Canceled}},
+		{"out of time", context.DeadlineExceeded, []error{limiter.ErrOverloaded, context.DeadlineExceeded}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, path := newStore(t, sqlitestore.WithBusyTimeout(time.Minute))
+			p := policy("p", limiter.FixedWindow, 10)
+			key := limiter.Key{Subject: "a"}
+			release := holdWriteLock(t, path)
+			before := s.Stats()
 
-	ctx := newDeadline()
-	errs := make(chan error, 2)
-	allow := func() {
-		_, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
-		errs <- err
-	}
-	go allow()
-	require.Eventually(t, func() bool { return s.Stats().Batches == before.Batches+1 }, 10*time.Second, time.Millisecond)
-	go allow()
-	require.Eventually(t, func() bool { return sqlitestore.QueueLen(s) == 1 }, 10*time.Second, time.Millisecond)
-	ctx.pass() // one request is in the writer's batch, one is queued
-	for range 2 {
-		err := <-errs
-		assert.ErrorIs(t, err, limiter.ErrOverloaded)
-		assert.ErrorIs(t, err, context.DeadlineExceeded)
-	}
-	release()
+			ctx := newEnding()
+			errs := make(chan error, 2)
+			allow := func() {
+				_, err := s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
+				errs <- err
+			}
+			go allow()
+			require.Eventually(t, func() bool { return s.Stats().Batches == before.Batches+1 }, 10*time.Second, time.Millisecond)
+			go allow()
+			require.Eventually(t, func() bool { return sqlitestore.QueueLen(s) == 1 }, 10*time.Second, time.Millisecond)
+			ctx.end(tt.err) // one request is in the writer's batch, one is queued
+			for range 2 {
+				err := <-errs
+				for _, want := range tt.want {
+					assert.ErrorIs(t, err, want)
+				}
+			}
+			release()
 
-	require.NoError(t, s.Ping(context.Background()))
-	d, err := s.Peek(context.Background(), p, key, t0)
-	require.NoError(t, err)
-	assert.Equal(t, int64(0), d.Count, "a shed request is not applied")
+			require.NoError(t, s.Ping(context.Background()))
+			d, err := s.Peek(context.Background(), p, key, t0)
+			require.NoError(t, err)
+			assert.Equal(t, int64(0), d.Count, "neither was applied")
+
+			_, err = s.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: t0})
+			assert.ErrorIs(t, err, tt.err, "an ended ctx is refused before queueing")
+		})
+	}
 }
 
 func TestPeekDoesNotWaitForTheWriter(t *testing.T) {
