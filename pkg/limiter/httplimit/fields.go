@@ -81,42 +81,23 @@ type Fields struct {
 	// Limit, Remaining and Reset (whole seconds, rounded up) are the shown
 	// policy's numbers, for the X-RateLimit-* fields.
 	Limit, Remaining, Reset int64
-
-	// texts are Limit, Remaining and Reset in decimal when NewFields
-	// formatted them (the numbers they were formatted from in numbers), so
-	// that Set does not format them again.
-	texts   [3]string
-	numbers [3]int64
 }
 
 // NewFields returns the fields for policy name's decision d, announced under
-// policyHeader (a [PolicyHeader] value). Every value it formats shares one
-// allocation.
+// policyHeader (a [PolicyHeader] value).
 func NewFields(policyHeader, name string, d limiter.Decision) Fields {
-	f := Fields{Policy: policyHeader, Limit: d.Limit, Remaining: d.Remaining, Reset: RetryAfterSeconds(d.ResetAfter)}
-	f.numbers = [3]int64{f.Limit, f.Remaining, f.Reset}
+	reset := RetryAfterSeconds(d.ResetAfter)
 	var buf [128]byte
 	b := appendSFString(buf[:0], name)
-	b = strconv.AppendInt(append(b, ";r="...), f.Remaining, 10)
-	b = strconv.AppendInt(append(b, ";t="...), f.Reset, 10)
-	var ends [4]int
-	ends[0] = len(b)
-	for i, n := range f.numbers {
-		b = strconv.AppendInt(b, n, 10)
-		ends[i+1] = len(b)
-	}
-	text := string(b)
-	f.RateLimit = text[:ends[0]]
-	for i := range f.texts {
-		f.texts[i] = text[ends[i]:ends[i+1]]
-	}
-	return f
+	b = strconv.AppendInt(append(b, ";r="...), d.Remaining, 10)
+	b = strconv.AppendInt(append(b, ";t="...), reset, 10)
+	return Fields{Policy: policyHeader, RateLimit: string(b), Limit: d.Limit, Remaining: d.Remaining, Reset: reset}
 }
 
 // Set sets the RateLimit-Policy field and, when a policy is shown, the
 // RateLimit field and the X-RateLimit-Limit, -Remaining and -Reset fields on
 // hd, replacing earlier values. Nothing is set when Policy is empty. The
-// values share one allocation (two when the numbers were not NewFields').
+// three numbers share one allocation, the five values' slices another.
 func (f Fields) Set(hd http.Header) {
 	if f.Policy == "" {
 		return
@@ -125,13 +106,14 @@ func (f Fields) Set(hd http.Header) {
 		hd[FieldPolicy] = []string{f.Policy}
 		return
 	}
-	texts := f.texts
-	if f.numbers != [3]int64{f.Limit, f.Remaining, f.Reset} || texts[0] == "" {
-		for i, n := range [3]int64{f.Limit, f.Remaining, f.Reset} {
-			texts[i] = strconv.FormatInt(n, 10)
-		}
-	}
-	v := [...]string{f.Policy, f.RateLimit, texts[0], texts[1], texts[2]}
+	var buf [60]byte
+	b := strconv.AppendInt(buf[:0], f.Limit, 10)
+	i := len(b)
+	b = strconv.AppendInt(b, f.Remaining, 10)
+	j := len(b)
+	b = strconv.AppendInt(b, f.Reset, 10)
+	numbers := string(b)
+	v := [...]string{f.Policy, f.RateLimit, numbers[:i], numbers[i:j], numbers[j:]}
 	vals := v[:] // one backing array for the five one-value slices
 	hd[FieldPolicy] = vals[0:1:1]
 	hd[FieldRateLimit] = vals[1:2:2]

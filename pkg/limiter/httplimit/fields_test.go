@@ -66,8 +66,8 @@ func TestNewProblem(t *testing.T) {
 		httplimit.NewProblem(418, "d"), "a status Tollgate never answers is a 500")
 }
 
-// NewFields formats its numbers once; Set writes the numbers the Fields
-// hold, also when they were changed after NewFields or never formatted.
+// Set writes the numbers the Fields hold, also when they were changed after
+// NewFields or set by hand.
 func TestFieldsSetWritesTheirNumbers(t *testing.T) {
 	d := limiter.Decision{Limit: 2_000_000_000, Remaining: 1_999_999_990, ResetAfter: 59_001 * time.Millisecond}
 	f := httplimit.NewFields(`"a\"b";q=2000000000;w=60`, `a"b\c`, d)
