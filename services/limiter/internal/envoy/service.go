@@ -141,7 +141,13 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 	return resp, nil
 }
 
+// unavailable is the status of a decision the store could not make: Canceled
+// when the caller went away (nothing to blame on the store), else
+// Unavailable.
 func unavailable(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return status.Error(codes.Canceled, "envoy: the call was cancelled: "+err.Error())
+	}
 	return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -45,13 +46,10 @@ func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer,
 		case codes.InvalidArgument:
 			return answer{}, fail(http.StatusBadRequest, st.Message())
 		case codes.Unavailable:
-			if cerr := c.Request.Context().Err(); cerr != nil {
-				// The client went away: the status lost the cause's chain,
-				// through which unavailable tells that from a store error.
-				return answer{}, unavailable(cerr)
-			}
 			return answer{}, unavailable(err)
-		case codes.ResourceExhausted: // shed: the cause's chain is lost in the status
+		case codes.Canceled: // the client went away: the cause's chain is lost in the status
+			return answer{}, unavailable(context.Canceled)
+		case codes.ResourceExhausted: // shed: as above
 			return answer{}, unavailable(limiter.ErrOverloaded)
 		}
 		return answer{}, internalError()
