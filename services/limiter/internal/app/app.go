@@ -34,6 +34,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
 // probeTimeout bounds the start-up check that the store can decide.
@@ -53,6 +54,9 @@ type App struct {
 	internal *gin.Engine      // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
+
+	// The TLS of the public, internal and gRPC listeners; nil: plain TCP.
+	publicTLS, internalTLS, grpcTLS *tlsfiles.Reloader
 
 	// current is the configuration in force: every request, the pruning
 	// job and the gRPC server read it, Reload alone replaces it.
@@ -107,6 +111,9 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.loadTLS(); err != nil {
+		return nil, err
+	}
 
 	_, systemClock := a.clock.(limiter.SystemClock)
 	if a.clockOffset != 0 {
@@ -126,6 +133,32 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	}
 	a.warnEviction(ctx, store)
 	return a, nil
+}
+
+// loadTLS reads the TLS files of each listener: one Reloader for each set
+// of files, so that listeners sharing their files share their reloads and
+// their log lines.
+func (a *App) loadTLS() error {
+	public, internal, grpc := a.cfg.ListenerTLS()
+	loaded := map[tlsfiles.Files]*tlsfiles.Reloader{}
+	for _, l := range []struct {
+		files tlsfiles.Files
+		to    **tlsfiles.Reloader
+	}{{public, &a.publicTLS}, {internal, &a.internalTLS}, {grpc, &a.grpcTLS}} {
+		if !l.files.Enabled() {
+			continue
+		}
+		r, ok := loaded[l.files]
+		if !ok {
+			var err error
+			if r, err = tlsfiles.New(l.files, a.log); err != nil {
+				return fmt.Errorf("app: %w", err)
+			}
+			loaded[l.files] = r
+		}
+		*l.to = r
+	}
+	return nil
 }
 
 // warnEviction warns when the Redis store's server may evict Tollgate's
@@ -419,10 +452,11 @@ func (a *App) pruneLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Serve answers HTTP on ln and runs the pruning job until ctx is done, then
-// shuts down gracefully: the listener closes, in-flight requests get up to
-// the configured shutdown timeout to finish, the pruning job stops. It does
-// not close the store (Close does). It returns nil after a clean shutdown.
+// Serve answers HTTP (HTTPS with --tls-cert) on ln and runs the pruning job
+// until ctx is done, then shuts down gracefully: the listener closes,
+// in-flight requests get up to the configured shutdown timeout to finish,
+// the pruning job stops. It does not close the store (Close does). It
+// returns nil after a clean shutdown.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	pruneCtx, stopPrune := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -433,7 +467,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		stopPrune()
 		wg.Wait()
 	}()
-	return a.serveHTTP(ctx, ln, a.engine, true)
+	return a.serveHTTP(ctx, ln, a.engine, a.publicTLS, true)
 }
 
 // ServeInternal answers the internal listener's routes on ln until ctx is
@@ -443,13 +477,14 @@ func (a *App) ServeInternal(ctx context.Context, ln net.Listener) error {
 	if a.internal == nil {
 		return errors.Join(errors.New("app: no internal listener: set --internal-addr"), ln.Close())
 	}
-	return a.serveHTTP(ctx, ln, a.internal, false)
+	return a.serveHTTP(ctx, ln, a.internal, a.internalTLS, false)
 }
 
 // serveHTTP serves h on ln with the configured timeouts until ctx is done,
-// then shuts down gracefully; main marks the server whose shutdown starts
-// the draining (readiness 503).
-func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, main bool) error {
+// then shuts down gracefully; with tlsFiles (not nil) it serves HTTPS,
+// HTTP/2 included; main marks the server whose shutdown starts the
+// draining (readiness 503).
+func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tlsFiles *tlsfiles.Reloader, main bool) error {
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
@@ -463,8 +498,15 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, ma
 		srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
 	}
 
+	serve := srv.Serve
+	if tlsFiles != nil {
+		// The handshake's time counts in the read-header timeout, as
+		// http.Server bounds it.
+		srv.TLSConfig = tlsFiles.Config()
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- serve(ln) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("app: serve: %w", err)
