@@ -266,3 +266,22 @@ func replace(t *testing.T, files tlsfiles.Files, pair tlstest.Pair) {
 	tlstest.Replace(t, files.Cert, pair.CertPEM)
 	tlstest.Replace(t, files.Key, pair.KeyPEM)
 }
+
+// TestRunServesTLSAndSaysSo runs the whole service with --tls-cert: the
+// listening line says which listeners serve TLS, and HTTPS answers.
+func TestRunServesTLSAndSaysSo(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	files := tlstest.Files(t, ca.Server(t, "server"), ca)
+	l, _, stop := runLogged(t, load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json",
+		"--envoy-config", envoyRules, "--tls-cert", files.Cert, "--tls-key", files.Key, "--grpc-tls-client-ca", files.ClientCA))
+	assert.Equal(t, map[string]any{"addr": "tls", "grpc_addr": "mtls"}, l.Config["tls"])
+	status, _, err := httpsGet(t, "https://"+l.Addr+"/healthz", ca, nil)
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, status)
+	client := ca.Client(t, "envoy").TLS
+	conn := grpcConn(t, l.GRPCAddr, ca, &client)
+	health, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{})
+	require.NoError(t, err)
+	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, health.GetStatus())
+	require.NoError(t, stop())
+}
