@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -57,6 +58,7 @@ type App struct {
 
 	// The TLS of the public, internal and gRPC listeners; nil: plain TCP.
 	publicTLS, internalTLS, grpcTLS *tlsfiles.Reloader
+	handshakeErrors                 *prometheus.CounterVec // tollgate_tls_handshake_errors_total
 
 	// current is the configuration in force: every request, the pruning
 	// job and the gRPC server read it, Reload alone replaces it.
@@ -135,32 +137,6 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	return a, nil
 }
 
-// loadTLS reads the TLS files of each listener: one Reloader for each set
-// of files, so that listeners sharing their files share their reloads and
-// their log lines.
-func (a *App) loadTLS() error {
-	public, internal, grpc := a.cfg.ListenerTLS()
-	loaded := map[tlsfiles.Files]*tlsfiles.Reloader{}
-	for _, l := range []struct {
-		files tlsfiles.Files
-		to    **tlsfiles.Reloader
-	}{{public, &a.publicTLS}, {internal, &a.internalTLS}, {grpc, &a.grpcTLS}} {
-		if !l.files.Enabled() {
-			continue
-		}
-		r, ok := loaded[l.files]
-		if !ok {
-			var err error
-			if r, err = tlsfiles.New(l.files, a.log); err != nil {
-				return fmt.Errorf("app: %w", err)
-			}
-			loaded[l.files] = r
-		}
-		*l.to = r
-	}
-	return nil
-}
-
 // warnEviction warns when the Redis store's server may evict Tollgate's
 // keys when its memory is full: an evicted counter is a fresh budget.
 func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
@@ -190,8 +166,9 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		Help: "Runs of the pruning job that failed.",
 	})
 	a.reloads = newReloadsCounter()
+	a.handshakeErrors = newHandshakeErrors(a.publicTLS, a.internalTLS, a.grpcTLS)
 	for _, c := range append([]prometheus.Collector{
-		a.pruned, a.pruneErr, a.reloads,
+		a.pruned, a.pruneErr, a.reloads, a.handshakeErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, storeCollectors(a.store, a.log)...) {
@@ -485,6 +462,10 @@ func (a *App) ServeInternal(ctx context.Context, ln net.Listener) error {
 // HTTP/2 included; main marks the server whose shutdown starts the
 // draining (readiness 503).
 func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tlsFiles *tlsfiles.Reloader, main bool) error {
+	listener := listenerInternal
+	if main {
+		listener = listenerPublic
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
@@ -492,7 +473,7 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tl
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(httpErrorLog{log: a.log, handshakeErrors: a.handshakeErrors.WithLabelValues(listener)}, "", 0),
 	}
 	if main {
 		srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })

@@ -75,7 +75,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	}
 	opts := grpcOptions(a.cfg)
 	if a.grpcTLS != nil {
-		opts = append(opts, grpc.Creds(credentials.NewTLS(a.grpcTLS.Config())))
+		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
 	}
 	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
 	served := make(chan error, 1)

@@ -30,6 +30,7 @@ import (
 type listeners struct {
 	public, internal, grpc string
 	logs                   *tlstest.Log
+	app                    *App
 }
 
 // serveListeners builds an app for args (with the Envoy fixture rules and
@@ -45,7 +46,7 @@ func serveListeners(t *testing.T, args ...string) listeners {
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	l := listeners{logs: logs}
+	l := listeners{logs: logs, app: a}
 	for _, s := range []struct {
 		addr  *string
 		serve func(context.Context, net.Listener) error
@@ -166,6 +167,15 @@ func TestMutualTLSOnEveryListener(t *testing.T) {
 	code, _, err := shouldRateLimit(grpcConn(t, l.grpc, ca, &signed))
 	require.NoError(t, err)
 	assert.Equal(t, rlsv3.RateLimitResponse_OK, code)
+
+	// Refused handshakes are counted, and logged at DEBUG only: any client
+	// can fail as many as it likes.
+	samples := scrape(t, l.app.InternalHandler())
+	assert.Equal(t, 2.0, samples[`tollgate_tls_handshake_errors_total{listener="addr"}`])
+	assert.Equal(t, 2.0, samples[`tollgate_tls_handshake_errors_total{listener="internal_addr"}`])
+	assert.GreaterOrEqual(t, samples[`tollgate_tls_handshake_errors_total{listener="grpc_addr"}`], 1.0, "the gRPC client retries")
+	assert.Equal(t, 4, l.logs.Count(`"level":"DEBUG"`, "http: TLS handshake error"), l.logs.String())
+	assert.Zero(t, l.logs.Count(`"level":"WARN"`), l.logs.String())
 }
 
 func TestGRPCOverridesItsCertificateAndAloneAsksForClients(t *testing.T) {
