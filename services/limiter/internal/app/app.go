@@ -462,9 +462,13 @@ func (a *App) ServeInternal(ctx context.Context, ln net.Listener) error {
 // HTTP/2 included; main marks the server whose shutdown starts the
 // draining (readiness 503).
 func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tlsFiles *tlsfiles.Reloader, main bool) error {
-	listener := listenerInternal
-	if main {
-		listener = listenerPublic
+	errLog := httpErrorLog{log: a.log}
+	if tlsFiles != nil {
+		listener := listenerInternal
+		if main {
+			listener = listenerPublic
+		}
+		errLog.handshakeErrors = a.handshakeErrors.WithLabelValues(listener)
 	}
 	srv := &http.Server{
 		Handler:           h,
@@ -473,7 +477,7 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tl
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
-		ErrorLog:          log.New(httpErrorLog{log: a.log, handshakeErrors: a.handshakeErrors.WithLabelValues(listener)}, "", 0),
+		ErrorLog:          log.New(errLog, "", 0),
 	}
 	if main {
 		srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
@@ -481,8 +485,8 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tl
 
 	serve := srv.Serve
 	if tlsFiles != nil {
-		// The handshake's time counts in the read-header timeout, as
-		// http.Server bounds it.
+		// http.Server bounds a handshake by the shortest of the read-header,
+		// read and write timeouts.
 		srv.TLSConfig = tlsFiles.Config()
 		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
 	}
@@ -523,13 +527,13 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	names, addrs := []string{"addr"}, []string{cfg.Addr}
+	names, addrs := []string{listenerPublic}, []string{cfg.Addr}
 	serve := []func(context.Context, net.Listener) error{a.Serve}
 	if cfg.InternalAddr != "" {
-		names, addrs, serve = append(names, "internal_addr"), append(addrs, cfg.InternalAddr), append(serve, a.ServeInternal)
+		names, addrs, serve = append(names, listenerInternal), append(addrs, cfg.InternalAddr), append(serve, a.ServeInternal)
 	}
 	if cfg.GRPCAddr != "" {
-		names, addrs, serve = append(names, "grpc_addr"), append(addrs, cfg.GRPCAddr), append(serve, a.ServeGRPC)
+		names, addrs, serve = append(names, listenerGRPC), append(addrs, cfg.GRPCAddr), append(serve, a.ServeGRPC)
 	}
 	var lns []net.Listener
 	for _, addr := range addrs {

@@ -20,17 +20,18 @@ const (
 	listenerGRPC     = "grpc_addr"
 )
 
-// loadTLS reads the TLS files of each listener: one Reloader for each set
-// of files, so that listeners sharing their files share their reloads and
-// their log lines.
+// loadTLS reads the TLS files of each listener that is on: one Reloader
+// for each set of files, so that listeners sharing their files share their
+// reloads and their log lines.
 func (a *App) loadTLS() error {
 	public, internal, grpc := a.cfg.ListenerTLS()
 	loaded := map[tlsfiles.Files]*tlsfiles.Reloader{}
 	for _, l := range []struct {
+		on    bool
 		files tlsfiles.Files
 		to    **tlsfiles.Reloader
-	}{{public, &a.publicTLS}, {internal, &a.internalTLS}, {grpc, &a.grpcTLS}} {
-		if !l.files.Enabled() {
+	}{{true, public, &a.publicTLS}, {a.cfg.InternalAddr != "", internal, &a.internalTLS}, {a.cfg.GRPCAddr != "", grpc, &a.grpcTLS}} {
+		if !l.on || !l.files.Enabled() {
 			continue
 		}
 		r, ok := loaded[l.files]
@@ -63,7 +64,8 @@ func newHandshakeErrors(public, internal, grpc *tlsfiles.Reloader) *prometheus.C
 
 // httpErrorLog writes an http.Server's log lines at WARN, except its failed
 // TLS handshakes: any client can cause those at will, so they are counted
-// in handshakeErrors and logged at DEBUG only.
+// in handshakeErrors (nil on a plain listener, which has none) and logged
+// at DEBUG only.
 type httpErrorLog struct {
 	log             *slog.Logger
 	handshakeErrors prometheus.Counter
@@ -71,7 +73,7 @@ type httpErrorLog struct {
 
 func (w httpErrorLog) Write(p []byte) (int, error) {
 	msg := strings.TrimSuffix(string(p), "\n")
-	if strings.HasPrefix(msg, "http: TLS handshake error") {
+	if w.handshakeErrors != nil && strings.HasPrefix(msg, "http: TLS handshake error") {
 		w.handshakeErrors.Inc()
 		w.log.Debug(msg)
 	} else {

@@ -21,6 +21,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/peer"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
@@ -143,6 +144,17 @@ func TestHTTPSAndGRPCOverTLSOnEveryListener(t *testing.T) {
 	defer insecureConn.Close()
 	_, _, err = shouldRateLimit(insecureConn)
 	assert.Error(t, err, "plain gRPC to the TLS listener")
+
+	samples := scrape(t, l.app.InternalHandler())
+	assert.Equal(t, 1.0, samples[`tollgate_tls_handshake_errors_total{listener="addr"}`], "plain HTTP")
+	assert.Equal(t, 0.0, samples[`tollgate_tls_handshake_errors_total{listener="internal_addr"}`])
+}
+
+func TestNoHandshakeSeriesWithoutTLS(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--internal-addr=127.0.0.1:1"), limiter.SystemClock{})
+	for series := range scrape(t, a.InternalHandler()) {
+		assert.NotContains(t, series, "tollgate_tls_handshake_errors_total")
+	}
 }
 
 func TestMutualTLSOnEveryListener(t *testing.T) {
