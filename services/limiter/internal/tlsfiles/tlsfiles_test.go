@@ -305,3 +305,15 @@ func TestLoadNamesTheFileAndWhy(t *testing.T) {
 	assert.Equal(t, tls.RequireAndVerifyClientCert, cfg.ClientAuth)
 	assert.Equal(t, uint16(tls.VersionTLS12), cfg.MinVersion)
 }
+
+// BenchmarkCheckUnchanged is what every handshake pays to notice a change:
+// a stat of each file.
+func BenchmarkCheckUnchanged(b *testing.B) {
+	ca := tlstest.NewCA(b, "ca")
+	r, err := tlsfiles.New(tlstest.Files(b, ca.Server(b, "server"), ca), nil)
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Check()
+	}
+}
