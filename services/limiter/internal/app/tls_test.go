@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/peer"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
@@ -306,4 +307,28 @@ func TestRunServesTLSAndSaysSo(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, healthpb.HealthCheckResponse_SERVING, health.GetStatus())
 	require.NoError(t, stop())
+}
+
+// TestReloadChecksTheTLSFilesAndNamesNewPaths: a SIGHUP reload checks the
+// TLS files as a start does, so one made while a file is broken is refused
+// naming it; new paths apply only after a restart, which the reload says.
+func TestReloadChecksTheTLSFilesAndNamesNewPaths(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	files, moved := tlstest.Files(t, ca.Server(t, "one"), nil), tlstest.Files(t, ca.Server(t, "two"), nil)
+	args := []string{"--store=memory", "--tls-cert", files.Cert, "--tls-key", files.Key}
+	log, logs := tlstest.NewLog()
+	a, err := New(context.Background(), load(t, args...), WithLogger(log), WithReload(func() (config.Config, error) {
+		return config.Load(args, func(string) string { return "" })
+	}, nil))
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, a.Close()) })
+
+	tlstest.Replace(t, files.Cert, []byte("not a certificate"))
+	err = a.Reload(context.Background())
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Equal(t, `config: --tls-cert: "`+files.Cert+`" holds no PEM certificate (-----BEGIN CERTIFICATE-----)`, err.Error())
+
+	args = []string{"--store=memory", "--tls-cert", moved.Cert, "--tls-key", moved.Key}
+	require.NoError(t, a.Reload(context.Background()))
+	assert.Equal(t, 1, logs.Count(`"level":"WARN"`, "apply only after a restart", `"settings":["TLS"]`), logs.String())
 }
