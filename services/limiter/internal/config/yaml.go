@@ -15,8 +15,11 @@ import (
 )
 
 // applyYAML applies the YAML file's settings, policies and routes over c.
-// Decoding is strict: an unknown or repeated key is an error naming it.
-func (c *Config) applyYAML(data []byte) error {
+// Decoding is strict: an unknown or repeated key is an error naming it. A
+// setting for which overridden is true (a flag or a variable gives it) is
+// checked to be a scalar but not applied: its file value, which may name a
+// path that exists only where the file is deployed, is not the one in force.
+func (c *Config) applyYAML(data []byte, overridden func(setting) bool) error {
 	root, err := yamlwalk.OneDocument(data)
 	if errors.Is(err, yamlwalk.ErrEmpty) {
 		// An editor or a tool caught mid-write: read as "every default", it
@@ -28,14 +31,14 @@ func (c *Config) applyYAML(data []byte) error {
 	if root.Kind != yaml.MappingNode {
 		return &Error{Field: c.File, Reason: "must be a mapping of settings"}
 	}
-	err = c.yamlRoot(root)
+	err = c.yamlRoot(root, overridden)
 	if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
 		return &Error{Field: we.Path, Reason: we.ReasonLine()}
 	}
 	return err
 }
 
-func (c *Config) yamlRoot(root *yaml.Node) error {
+func (c *Config) yamlRoot(root *yaml.Node, overridden func(setting) bool) error {
 	byKey := make(map[string]setting, len(settings))
 	for _, s := range settings {
 		byKey[s.yamlKey()] = s
@@ -54,7 +57,7 @@ func (c *Config) yamlRoot(root *yaml.Node) error {
 			return yamlwalk.Errorf(path, v, "unknown key")
 		}
 		text, err := settingText(k.Value, path, v)
-		if err != nil {
+		if err != nil || overridden(s) {
 			return err
 		}
 		if err := s.set(c, text); err != nil {
