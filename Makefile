@@ -75,6 +75,10 @@ BENCHTIME ?= 1s
 bench: build ## library benchmarks, then every store against a bare Gin handler (vegeta and wrk, BENCH_KEYS=100000) and, with PEER_RATELIMIT_BIN, envoyproxy/ratelimit (docs/benchmarks.md)
 	BENCHTIME=$(BENCHTIME) scripts/bench.sh $(BIN)
 
+.PHONY: deploy-check
+deploy-check: build ## promtool check and unit tests of deploy/prometheus/alerts.yml; systemd-analyze verify and security of the unit
+	scripts/deploy-check.sh $(BIN)
+
 # The image's build context: the static binary (CGO_ENABLED=0: the SQLite
 # driver is pure Go), the build host's CA certificates and the passwd/group
 # lines of the image's user, 65532:65532. No base image is pulled.
