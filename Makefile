@@ -33,6 +33,10 @@ test: build ## run every module's tests with the race detector; list every faili
 	if [ -n "$$failed" ]; then echo "FAIL: tests failed in:$$failed"; exit 1; fi; \
 	echo "ok: every module passed"
 
+.PHONY: check
+check: lint ## the edit-test loop: lint, then make test without the race detector and without Redis Cluster/Sentinel set-ups
+	LIMITER_TEST_NO_TOPOLOGIES=1 $(MAKE) --no-print-directory test TESTFLAGS='-shuffle=on -count=1'
+
 .PHONY: saturation
 saturation: build ## two instances starved of CPU on a healthy Redis must stay exact, no 5xx (about a minute, both CPUs)
 	cd services/limiter && LIMITER_SATURATION=1 LIMITER_BIN=$(BIN)/limiter $(GO) test -count=1 -run '^TestSaturation$$' -v .
