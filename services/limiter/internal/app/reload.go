@@ -186,7 +186,7 @@ func restartSettings(running, loaded config.Config) []string {
 	var changed []string
 	for i := range rv.NumField() {
 		f := rv.Type().Field(i)
-		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" {
+		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" || f.Name == "Gateway" {
 			continue
 		}
 		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {

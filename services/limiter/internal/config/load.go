@@ -337,6 +337,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	if err := c.checkSlidingLog(); err != nil {
 		return Config{}, err
 	}
+	if err := c.checkGateway(); err != nil {
+		return Config{}, err
+	}
 	return c, nil
 }
 

@@ -40,13 +40,16 @@ func (c *Config) yamlRoot(root *yaml.Node) error {
 	for _, s := range settings {
 		byKey[s.yamlKey()] = s
 	}
-	var routes *yaml.Node
+	var routes, gw *yaml.Node
 	err := yamlwalk.Mapping(root, "", func(path string, k, v *yaml.Node) error {
 		switch k.Value {
 		case "policies":
 			return c.yamlPolicies(v)
 		case "routes":
 			routes = v
+			return nil
+		case "gateway":
+			gw = v
 			return nil
 		}
 		s, ok := byKey[k.Value]
@@ -66,7 +69,12 @@ func (c *Config) yamlRoot(root *yaml.Node) error {
 		return err
 	}
 	if routes != nil {
-		return c.yamlRoutes(routes)
+		if err := c.yamlRoutes(routes); err != nil {
+			return err
+		}
+	}
+	if gw != nil {
+		return c.yamlGateway(gw)
 	}
 	return nil
 }
