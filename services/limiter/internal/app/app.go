@@ -140,7 +140,7 @@ func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
 	case err != nil:
 		a.log.Debug("redis maxmemory-policy unknown", "error", err)
 	case evicts:
-		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (README, Operating safely)", "maxmemory_policy", policy)
+		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (docs/operating.md, Memory (Redis))", "maxmemory_policy", policy)
 	}
 }
 
