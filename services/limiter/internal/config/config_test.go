@@ -16,6 +16,8 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
 
 // env returns a getenv over a fixed map.
@@ -99,6 +101,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 	// Each setting is given a non-default value through the flag, the
 	// environment and the file in turn, and must land in the Config.
 	envoyDir := t.TempDir()
+	ca := tlstest.NewCA(t, "ca")
+	tlsAll, tlsInternal, tlsGRPC := tlstest.Files(t, ca.Server(t, "all"), ca), tlstest.Files(t, ca.Server(t, "internal"), ca), tlstest.Files(t, ca.Server(t, "grpc"), ca)
 	apiKeys := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(apiKeys, []byte("# none yet\n"), 0o600))
 	values := map[string]string{
@@ -119,6 +123,9 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
+		"tls-cert": tlsAll.Cert, "tls-key": tlsAll.Key, "tls-client-ca": tlsAll.ClientCA,
+		"internal-tls-cert": tlsInternal.Cert, "internal-tls-key": tlsInternal.Key, "internal-tls-client-ca": tlsInternal.ClientCA,
+		"grpc-tls-cert": tlsGRPC.Cert, "grpc-tls-key": tlsGRPC.Key, "grpc-tls-client-ca": tlsGRPC.ClientCA,
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -165,18 +172,27 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, 100, c.MaxKeyBytes)
 		assert.Equal(t, 20, c.SlidingLogMaxLimit)
 		assert.True(t, c.EnvoyAllowEmptyReload)
+		assert.Equal(t, []tlsfiles.Files{tlsAll, tlsInternal, tlsGRPC}, []tlsfiles.Files{c.TLS, c.InternalTLS, c.GRPCTLS})
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 
 	var args []string
 	envs := map[string]string{}
 	var file strings.Builder
+	nested := map[string][]string{} // group -> its lines
 	for _, s := range settings {
 		v, ok := values[s.name]
 		require.True(t, ok, s.name)
 		args = append(args, "--"+s.name+"="+v)
 		envs[s.env()] = v
+		if group, key, ok := strings.Cut(s.yamlKey(), "."); ok {
+			nested[group] = append(nested[group], fmt.Sprintf("  %s: %q\n", key, v))
+			continue
+		}
 		fmt.Fprintf(&file, "%s: %q\n", s.yamlKey(), v)
+	}
+	for group, lines := range nested {
+		file.WriteString(group + ":\n" + strings.Join(lines, ""))
 	}
 	t.Run("flags", func(t *testing.T) {
 		c, err := Load(args, env(nil))
