@@ -19,14 +19,15 @@ import (
 
 // errNoEnvoy is returned by ServeGRPC when the configuration asks for no
 // Envoy API.
-var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr or --envoy-config")
+var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr, --envoy-config or --envoy-xds-server")
 
 // loadEnvoyRules reads --envoy-config when set. It returns nil rules when
-// neither --grpc-addr nor --envoy-config is set, and empty rules (every
-// descriptor answers OK) for a gRPC server without configuration.
+// none of --grpc-addr, --envoy-config and --envoy-xds-server is set, and
+// empty rules (every descriptor answers OK) for a gRPC server without
+// configuration or before xDS pushes the first version.
 func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 	if cfg.EnvoyConfig == "" {
-		if cfg.GRPCAddr == "" {
+		if cfg.GRPCAddr == "" && cfg.EnvoyXDSServer == "" {
 			return nil, nil
 		}
 		return envoy.NewRules(envoyOptions(cfg)), nil
@@ -57,9 +58,13 @@ func envoyClash(rules *envoy.Rules, cfg config.Config) error {
 	if rules == nil {
 		return nil
 	}
+	source := cfg.EnvoyConfig
+	if source == "" {
+		source = "the xDS version"
+	}
 	for _, p := range rules.Policies() {
 		if _, clash := cfg.Policies[p.Name]; clash {
-			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + cfg.EnvoyConfig + " derives the same policy name; rename one"}
+			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + source + " derives the same policy name; rename one"}
 		}
 	}
 	return nil
