@@ -43,6 +43,9 @@ var benchRoutes = []benchRoute{
 		Body: `{"endpoint":"/{prefix}"}`},
 	{Name: "json", Method: http.MethodPost, Path: "/json",
 		Body: `{"domain":"{policy}","descriptors":[{"entries":[{"key":"` + envoyDescriptorKey + `","value":"{key}"}]}]}`},
+	// The same request over Envoy's gRPC API, for --generator grpc only
+	// (runGRPC builds it).
+	{Name: "grpc", Method: "gRPC", Path: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
 }
 
 // routeNames lists the names of benchRoutes.
