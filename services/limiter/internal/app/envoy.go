@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -70,18 +72,23 @@ func envoyClash(rules *envoy.Rules, cfg config.Config) error {
 	return nil
 }
 
-// ServeGRPC answers Envoy's rate-limit API and grpc.health.v1 on ln until
-// ctx is done. Health follows /readyz: SERVING while it would answer 200,
-// NOT_SERVING while it would answer 503 (the store cannot decide), checked
-// before the first call and then every healthInterval, with Watch streams
-// told of each change. Then it stops gracefully: health turns NOT_SERVING, calls in
+// ServeGRPC answers Envoy's rate-limit API and grpc.health.v1 on ln, over
+// TLS when the gRPC listener has a certificate, until ctx is done. Health
+// follows /readyz: SERVING while it would answer 200, NOT_SERVING while it
+// would answer 503 (the store cannot decide), checked before the first
+// call and then every healthInterval, with Watch streams told of each
+// change. Then it stops gracefully: health turns NOT_SERVING, calls in
 // flight get up to the shutdown timeout to finish, then are cut. It returns
 // nil after a clean stop.
 func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
-	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, grpcOptions(a.cfg)...)
+	opts := grpcOptions(a.cfg)
+	if a.grpcTLS != nil {
+		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
+	}
+	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	var following sync.WaitGroup
 	defer following.Wait()

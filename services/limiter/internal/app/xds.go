@@ -14,6 +14,7 @@ import (
 
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 	"github.com/tollgate/tollgate/services/limiter/internal/xds"
 )
 
@@ -60,7 +61,7 @@ func xdsCredentials(cfg config.Config) (credentials.TransportCredentials, error)
 	if (cfg.EnvoyXDSTLSCert == "") != (cfg.EnvoyXDSTLSKey == "") {
 		return nil, &config.Error{Field: "envoy-xds-tls-cert", Reason: "--envoy-xds-tls-cert and --envoy-xds-tls-key go together"}
 	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.EnvoyXDSTLSServerName}
+	tc := &tls.Config{MinVersion: tlsfiles.MinVersion, ServerName: cfg.EnvoyXDSTLSServerName}
 	if cfg.EnvoyXDSTLSCA != "" {
 		pem, err := os.ReadFile(cfg.EnvoyXDSTLSCA)
 		if err != nil {
