@@ -192,7 +192,7 @@ func (o *benchOptions) validate() error {
 		{"target", o.generator != "grpc" || !slices.ContainsFunc(o.targets, func(t benchTarget) bool { return !strings.HasPrefix(t.URL, grpcScheme+"://") }),
 			"grpc://HOST:PORT with --generator grpc"},
 		{"fixed-rate", o.generator != "grpc" || o.fixedRate == 0, "0 with --generator grpc (the fixed-rate run is vegeta's, over HTTP)"},
-		{"grpc-conns", o.grpcConns >= 1 && o.grpcConns <= o.connections, "in 1..--connections"},
+		{"grpc-conns", o.generator != "grpc" || o.grpcConns >= 1 && o.grpcConns <= o.connections, "in 1..--connections"},
 		{"p99-goal", o.p99Goal >= 0, "zero (none) or positive"},
 	}
 	for _, c := range checks {

@@ -43,10 +43,12 @@ var benchRoutes = []benchRoute{
 		Body: `{"endpoint":"/{prefix}"}`},
 	{Name: "json", Method: http.MethodPost, Path: "/json",
 		Body: `{"domain":"{policy}","descriptors":[{"entries":[{"key":"` + envoyDescriptorKey + `","value":"{key}"}]}]}`},
-	// The same request over Envoy's gRPC API, for --generator grpc only
-	// (runGRPC builds it).
-	{Name: "grpc", Method: "gRPC", Path: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
 }
+
+// grpcRoute is --route grpc: the json route's request over Envoy's gRPC
+// API, which runGRPC sends (--generator grpc only); no HTTP request has
+// this shape.
+var grpcRoute = benchRoute{Name: "grpc", Method: "gRPC", Path: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
 
 // routeNames lists the names of benchRoutes.
 func routeNames() string {
@@ -54,11 +56,14 @@ func routeNames() string {
 	for i, r := range benchRoutes {
 		names[i] = r.Name
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, grpcRoute.Name), ", ")
 }
 
 // lookupRoute returns the route called name.
 func lookupRoute(name string) (benchRoute, bool) {
+	if name == grpcRoute.Name {
+		return grpcRoute, true
+	}
 	i := slices.IndexFunc(benchRoutes, func(r benchRoute) bool { return r.Name == name })
 	if i < 0 {
 		return benchRoute{}, false
