@@ -435,13 +435,28 @@ func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *
 	}.appendJSON), nil
 }
 
-func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	if h.draining != nil && h.draining() {
-		return answer{}, fail(http.StatusServiceUnavailable, "shutting down")
+// ErrDraining is Ready's answer once a graceful shutdown has begun.
+var ErrDraining = errors.New("httpapi: shutting down")
+
+// Ready reports whether the service can take requests on s, as GET /readyz
+// answers it (nil: 200; an error: 503): ErrDraining when draining (nil:
+// never) says a graceful shutdown has begun, else the error of the store's
+// ping, bounded by two seconds (see decide.Decider.Ping). The gRPC health
+// service follows it too.
+func Ready(ctx context.Context, s *snapshot.Snapshot, draining func() bool) error {
+	if draining != nil && draining() {
+		return ErrDraining
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := s.Decider.Ping(ctx); err != nil {
+	return s.Decider.Ping(ctx)
+}
+
+func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	switch err := Ready(c.Request.Context(), s, h.draining); {
+	case errors.Is(err, ErrDraining):
+		return answer{}, fail(http.StatusServiceUnavailable, "shutting down")
+	case err != nil:
 		p := unavailable(err)
 		p.detail = "not ready: " + err.Error()
 		return answer{}, p
