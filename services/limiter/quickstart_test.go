@@ -1,0 +1,145 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// readmePath is the README, read by the tests that hold it to its word.
+var readmePath = filepath.Join("..", "..", "README.md")
+
+// quickStartStep is one command of the README's Quick start session and the
+// output the README shows for it.
+type quickStartStep struct {
+	cmd, want string
+}
+
+// quickStartSession returns the commands of the README's Quick start
+// console block: a line "$ cmd" starts a step, the lines up to the next
+// blank line or "$ " are what it prints.
+func quickStartSession(t *testing.T) []quickStartStep {
+	t.Helper()
+	readme, err := os.ReadFile(readmePath)
+	require.NoError(t, err)
+	_, section, found := strings.Cut(string(readme), "\n## Quick start\n")
+	require.True(t, found, "the README has a Quick start")
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, found := strings.Cut(section, "```console\n")
+	require.True(t, found, "the Quick start shows a console session")
+	block, _, found = strings.Cut(block, "```")
+	require.True(t, found)
+
+	var steps []quickStartStep
+	for line := range strings.SplitSeq(strings.TrimSuffix(block, "\n"), "\n") {
+		switch {
+		case strings.HasPrefix(line, "$ "):
+			steps = append(steps, quickStartStep{cmd: strings.TrimPrefix(line, "$ ")})
+		case line == "":
+		default:
+			require.NotEmpty(t, steps, "output before any command: %q", line)
+			steps[len(steps)-1].want += line + "\n"
+		}
+	}
+	return steps
+}
+
+// What legitimately differs from one run to the next: the seconds to a
+// window's end (a zero retry_after is not a time to wait and stays), the
+// time a window started and a request's id. Both sides are normalized.
+var quickStartVarying = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	{regexp.MustCompile(`("reset_after":)[0-9]+(\.[0-9]+)?`), "${1}<seconds>"},
+	{regexp.MustCompile(`("retry_after":)([1-9][0-9]*|0\.[0-9]*[1-9][0-9]*)(\.[0-9]+)?`), "${1}<seconds>"},
+	{regexp.MustCompile(`(;t=)[0-9]+`), "${1}<seconds>"},
+	{regexp.MustCompile(`(?im)^(Retry-After: )[0-9]+$`), "${1}<seconds>"},
+	{regexp.MustCompile(`(urn:tollgate:request:)[0-9A-Z]+`), "${1}<id>"},
+	{regexp.MustCompile(`"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z"`), `"<time>"`},
+}
+
+func normalizeQuickStart(s string) string {
+	s = strings.ReplaceAll(s, "\r", "") // curl -i prints the header lines with CRLF
+	for _, v := range quickStartVarying {
+		s = v.re.ReplaceAllString(s, v.with)
+	}
+	return strings.TrimSuffix(s, "\n")
+}
+
+// quickStartPattern turns what the README shows into a pattern: "..." stands
+// for text the README leaves out (within a line or whole lines), and a line
+// starting with one space continues the line before it (a long JSON body
+// wrapped for reading).
+func quickStartPattern(want string) *regexp.Regexp {
+	want = normalizeQuickStart(strings.ReplaceAll(want, "\n ", ""))
+	parts := strings.Split(want, "...")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return regexp.MustCompile(`^` + strings.Join(parts, `(?s:.*?)`) + `$`)
+}
+
+// TestREADMEQuickStart runs the README's Quick start session, as written,
+// against the binary make run starts (its database in a temporary folder),
+// and fails when an answer differs from what the README shows, but for the
+// times that vary from run to run (as Example_server does for the library's
+// Go code).
+func TestREADMEQuickStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the binary")
+	}
+	for _, tool := range []string{"sh", "curl", "grep"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("the Quick start needs %s on PATH", tool)
+			}
+			t.Skipf("the Quick start needs %s on PATH", tool)
+		}
+	}
+	steps := quickStartSession(t)
+	require.GreaterOrEqual(t, len(steps), 4, "the session's commands were found")
+	for _, s := range steps {
+		require.Contains(t, s.cmd, "localhost:8080", "every command asks make run's address")
+		require.NotEmpty(t, s.want, "the README shows what %q prints", s.cmd)
+	}
+
+	// /ping's window is the UTC minute: a session that straddles a minute
+	// boundary starts a new window midway and rightly answers otherwise.
+	// Such a run is done again on a fresh service, not judged.
+	for attempt := 1; ; attempt++ {
+		began := time.Now().UTC().Truncate(time.Minute)
+		got := runQuickStart(t, steps)
+		if time.Now().UTC().Truncate(time.Minute).Equal(began) {
+			for i, s := range steps {
+				assert.Regexp(t, quickStartPattern(s.want), normalizeQuickStart(got[i]),
+					"$ %s\nthe README shows:\n%sthe service answered:\n%s", s.cmd, s.want, got[i])
+			}
+			return
+		}
+		require.Less(t, attempt, 3, "three sessions in a row straddled a minute boundary")
+	}
+}
+
+// runQuickStart starts a fresh service and runs each step's command with sh,
+// make run's address replaced by the service's; it returns what each printed.
+func runQuickStart(t *testing.T, steps []quickStartStep) []string {
+	t.Helper()
+	in := startProcess(t, []string{"--sqlite-path=" + filepath.Join(t.TempDir(), "data", "limiter.db")})
+	host := strings.TrimPrefix(in.url, "http://")
+	out := make([]string, len(steps))
+	for i, s := range steps {
+		cmd := exec.Command("sh", "-c", strings.ReplaceAll(s.cmd, "localhost:8080", host))
+		b, err := cmd.Output()
+		require.NoError(t, err, "$ %s", s.cmd)
+		out[i] = string(b)
+	}
+	return out
+}
