@@ -16,6 +16,22 @@ import (
 // readmePath is the README, read by the tests that hold it to its word.
 var readmePath = filepath.Join("..", "..", "README.md")
 
+// readmeBlock returns the first fenced block of the given language in the
+// README's section headed "## heading".
+func readmeBlock(t *testing.T, heading, lang string) string {
+	t.Helper()
+	readme, err := os.ReadFile(readmePath)
+	require.NoError(t, err)
+	_, section, found := strings.Cut(string(readme), "\n## "+heading+"\n")
+	require.True(t, found, "the README has a section %q", heading)
+	section, _, _ = strings.Cut(section, "\n## ")
+	_, block, found := strings.Cut(section, "```"+lang+"\n")
+	require.True(t, found, "the README's %q shows a %s block", heading, lang)
+	block, _, found = strings.Cut(block, "```")
+	require.True(t, found)
+	return block
+}
+
 // quickStartStep is one command of the README's Quick start session and the
 // output the README shows for it.
 type quickStartStep struct {
@@ -27,16 +43,7 @@ type quickStartStep struct {
 // blank line or "$ " are what it prints.
 func quickStartSession(t *testing.T) []quickStartStep {
 	t.Helper()
-	readme, err := os.ReadFile(readmePath)
-	require.NoError(t, err)
-	_, section, found := strings.Cut(string(readme), "\n## Quick start\n")
-	require.True(t, found, "the README has a Quick start")
-	section, _, _ = strings.Cut(section, "\n## ")
-	_, block, found := strings.Cut(section, "```console\n")
-	require.True(t, found, "the Quick start shows a console session")
-	block, _, found = strings.Cut(block, "```")
-	require.True(t, found)
-
+	block := readmeBlock(t, "Quick start", "console")
 	var steps []quickStartStep
 	for line := range strings.SplitSeq(strings.TrimSuffix(block, "\n"), "\n") {
 		switch {
