@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -149,4 +150,64 @@ func runQuickStart(t *testing.T, steps []quickStartStep) []string {
 		out[i] = string(b)
 	}
 	return out
+}
+
+// TestMakeRunWritesWhatTheREADMESays starts the binary as make run does (its
+// defaults, the database in a temporary ./data/) and checks what it wrote
+// against the README's list: the database, SQLite's -wal and -shm, and the
+// 8 MiB reserve, nothing else; and that the start-up log names the database
+// and the reserve.
+func TestMakeRunWritesWhatTheREADMESays(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts the binary")
+	}
+	readme, err := os.ReadFile(readmePath)
+	require.NoError(t, err)
+	_, section, found := strings.Cut(string(readme), "**What `make run` writes.**")
+	require.True(t, found, "the Quick start says what make run writes")
+	section, _, _ = strings.Cut(section, "\n## ")
+	described := map[string]bool{}
+	for _, m := range regexp.MustCompile("`(limiter\\.db[-a-z]*)`").FindAllStringSubmatch(section, -1) {
+		described[m[1]] = true
+	}
+	require.Equal(t, map[string]bool{"limiter.db": true, "limiter.db-wal": true, "limiter.db-shm": true, "limiter.db-reserve": true}, described)
+	require.Contains(t, section, "`limiter.db-reserve`: 8 MiB of zeros")
+
+	data := filepath.Join(t.TempDir(), "data")
+	database := filepath.Join(data, "limiter.db")
+	in := startProcess(t, []string{"--sqlite-path=" + database})
+	resp, err := client.Get(in.url + "/ping")
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+
+	entries, err := os.ReadDir(data)
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.True(t, described[e.Name()], "make run wrote %s, which the README does not list", e.Name())
+	}
+	assert.FileExists(t, database)
+	reserve, err := os.Stat(database + "-reserve")
+	require.NoError(t, err, "the reserve the README describes")
+	assert.Equal(t, int64(8<<20), reserve.Size(), "8 MiB")
+
+	// The line follows "listening" at once; the test's reader may lag.
+	for deadline := time.Now().Add(30 * time.Second); in.logCount("sqlite database") == 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // a hang guard, not a timing assertion
+	}
+	in.mu.Lock()
+	logs := in.logs.String()
+	in.mu.Unlock()
+	var files struct {
+		Database, Reserve string
+		Bytes             int64 `json:"reserve_bytes"`
+	}
+	for line := range strings.SplitSeq(logs, "\n") {
+		var l struct{ Msg string }
+		if json.Unmarshal([]byte(line), &l) == nil && strings.HasPrefix(l.Msg, "sqlite database") {
+			require.NoError(t, json.Unmarshal([]byte(line), &files))
+		}
+	}
+	assert.Equal(t, database, files.Database, "the start-up log names the database:\n%s", logs)
+	assert.Equal(t, database+"-reserve", files.Reserve, "and the reserve")
+	assert.Equal(t, int64(8<<20), files.Bytes)
 }
