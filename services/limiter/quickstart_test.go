@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -144,8 +145,10 @@ func runQuickStart(t *testing.T, steps []quickStartStep) []string {
 	host := strings.TrimPrefix(in.url, "http://")
 	out := make([]string, len(steps))
 	for i, s := range steps {
-		cmd := exec.Command("sh", "-c", strings.ReplaceAll(s.cmd, "localhost:8080", host))
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // a hang guard
+		cmd := exec.CommandContext(ctx, "sh", "-c", strings.ReplaceAll(s.cmd, "localhost:8080", host))
 		b, err := cmd.Output()
+		cancel()
 		require.NoError(t, err, "$ %s", s.cmd)
 		out[i] = string(b)
 	}
