@@ -394,6 +394,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	if err := c.checkSlidingLog(); err != nil {
 		return Config{}, err
 	}
+	if err := c.checkGateway(); err != nil {
+		return Config{}, err
+	}
 	if err := c.checkTLS(from); err != nil {
 		return Config{}, err
 	}

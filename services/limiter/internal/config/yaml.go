@@ -59,13 +59,16 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source, overridden fu
 		from[s.name] = fromYAML
 		return nil
 	}
-	var routes *yaml.Node
+	var routes, gw *yaml.Node
 	err := yamlwalk.Mapping(root, "", func(path string, k, v *yaml.Node) error {
 		switch k.Value {
 		case "policies":
 			return c.yamlPolicies(v)
 		case "routes":
 			routes = v
+			return nil
+		case "gateway":
+			gw = v
 			return nil
 		}
 		if slices.Contains(yamlGroups, strings.ReplaceAll(k.Value, "_", "-")) {
@@ -80,7 +83,12 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source, overridden fu
 		return err
 	}
 	if routes != nil {
-		return c.yamlRoutes(routes)
+		if err := c.yamlRoutes(routes); err != nil {
+			return err
+		}
+	}
+	if gw != nil {
+		return c.yamlGateway(gw)
 	}
 	return nil
 }
