@@ -566,5 +566,23 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		attrs = append(attrs, names[i], ln.Addr().String())
 	}
 	a.log.Info("listening", append(attrs, "max_conns", perListener, "max_conns_per_client", perClient, "config", cfg)...)
+	a.logFiles()
 	return a.serveAll(ctx, lns, serve)
+}
+
+// logFiles says at start what the SQLite store writes to disk, so that no
+// file appears unexplained: the database (SQLite keeps its -wal and -shm
+// files beside it) and the disk reserve. Other stores write nothing.
+func (a *App) logFiles() {
+	sq, ok := backend(a.store).(*sqlitestore.Store)
+	if !ok {
+		return
+	}
+	database, reserve := sq.Files()
+	if reserve == "" {
+		a.log.Info("sqlite database, with its -wal and -shm files; no disk reserve (--sqlite-disk-reserve 0)", "database", database)
+		return
+	}
+	a.log.Info("sqlite database, with its -wal and -shm files, and a disk reserve file: room kept to recover from a full disk (--sqlite-disk-reserve)",
+		"database", database, "reserve", reserve, "reserve_bytes", a.cfg.SQLiteDiskReserve)
 }
