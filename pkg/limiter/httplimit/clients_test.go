@@ -235,3 +235,24 @@ func unixGet(t *testing.T, path string, header map[string]string) answer {
 	require.NoError(t, err)
 	return answer{resp.StatusCode, resp.Header, string(body)}
 }
+
+func TestAddrKey(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		bits int
+		want string
+	}{
+		{"1.2.3.4", 64, "1.2.3.4"},
+		{"::ffff:1.2.3.4", 64, "1.2.3.4"},
+		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2:ffff:ffff:ffff:fffe", 64, "2001:db8:1:2::/64"},
+		{"2001:db8:1:2::1", 48, "2001:db8:1::/48"},
+		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
+		{"fe80::1%eth0", 64, "fe80::/64"},
+		{"::1", 64, "::/64"},
+	} {
+		cl, err := httplimit.NewClients(httplimit.IPv6Prefix(c.bits))
+		require.NoError(t, err)
+		assert.Equal(t, c.want, cl.AddrKey(netip.MustParseAddr(c.in)), "%s /%d", c.in, c.bits)
+	}
+}

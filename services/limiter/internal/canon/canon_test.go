@@ -2,7 +2,6 @@ package canon_test
 
 import (
 	"encoding/json"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -63,42 +62,6 @@ func TestParseFold(t *testing.T) {
 	assert.Equal(t, canon.FoldAll, f)
 	_, err = canon.ParseFold([]string{"cases"})
 	assert.ErrorContains(t, err, `unknown folding "cases"`)
-}
-
-func TestPeer(t *testing.T) {
-	tests := []struct {
-		in   string
-		bits int
-		want string
-	}{
-		{"1.2.3.4", 64, "1.2.3.4"},
-		{"::ffff:1.2.3.4", 64, "1.2.3.4"},
-		{"[::ffff:1.2.3.4]:5555", 64, "1.2.3.4"},
-		{"1.2.3.4:80", 64, "1.2.3.4"},
-		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"},
-		{"[2001:db8:1:2:ffff::1]:443", 64, "2001:db8:1:2::/64"},
-		{"2001:db8:1:2::1", 48, "2001:db8:1::/48"},
-		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
-		{"fe80::1%eth0", 64, "fe80::/64"},
-		{"::1", 64, "::/64"},
-	}
-	for _, tt := range tests {
-		got, err := canon.PeerString(tt.in, tt.bits)
-		require.NoError(t, err, tt.in)
-		assert.Equal(t, tt.want, got, "%s /%d", tt.in, tt.bits)
-	}
-	// A /64 holder has one budget, not 2^64.
-	a, _ := canon.PeerString("2001:db8::1", canon.DefaultIPv6Prefix)
-	b, _ := canon.PeerString("2001:db8::ffff:ffff:ffff:fffe", canon.DefaultIPv6Prefix)
-	assert.Equal(t, a, b)
-	for _, bad := range []string{"", "host:80", "1.2.3"} {
-		_, err := canon.PeerString(bad, 64)
-		assert.Error(t, err, bad)
-	}
-	for _, bits := range []int{0, -1, 129} {
-		_, err := canon.Peer(netip.MustParseAddr("::1"), bits)
-		assert.Error(t, err, bits)
-	}
 }
 
 func TestObjectRefusesDuplicateMembers(t *testing.T) {

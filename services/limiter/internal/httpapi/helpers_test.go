@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
@@ -113,6 +114,8 @@ type options struct {
 	OffendersRawKeys      bool
 	// Envoy, when set, serves POST /json.
 	Envoy *envoy.Rules
+	// Identity, when set, names the clients (default: no trusted proxy).
+	Identity *identity.Resolver
 }
 
 // server is one engine under test with its fake clock, store and logs.
@@ -166,7 +169,7 @@ func (s *server) Reload(policies []limiter.Policy, pingRoute, checkRoute []strin
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies: policies, PingRoute: pingRoute, CheckRoute: checkRoute,
 		Store: s.store, StoreName: s.opts.StoreName, Clock: s.clock,
-		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy,
+		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy, Identity: s.opts.Identity,
 	})
 	if err != nil {
 		return err
