@@ -110,7 +110,9 @@ func identityProblem(id identity.Identity, err error) *problem {
 	case err != nil:
 		return fail(http.StatusBadRequest, detail(err))
 	}
-	if err := ValidateText(string(id.Source)+" key", id.Subject, limiter.MaxKeyLen, 0); err != nil {
+	// The bound is the store's on the whole key, counted on what the client
+	// sent: the namespace the service adds is not the client's to know.
+	if err := ValidateText(id.Source.Input(), id.Key, limiter.MaxKeyLen-len(id.Source.Namespace()), 0); err != nil {
 		return fail(http.StatusBadRequest, detail(err))
 	}
 	return nil

@@ -87,4 +87,7 @@ func TestClientKey(t *testing.T) {
 	}
 	w = s.do(req{method: http.MethodGet, target: "/ping", header: map[string]string{"X-Client-Key": strings.Repeat("k", 1020)}})
 	assert.Equal(t, http.StatusOK, w.Code, "MaxKeyLen bytes with the namespace is allowed")
+	w = s.do(req{method: http.MethodGet, target: "/ping", header: map[string]string{"X-Client-Key": strings.Repeat("k", 1021)}})
+	assert.Equal(t, "X-Client-Key is longer than 1020 bytes", assertProblem(t, w, http.StatusBadRequest, "bad-request")["detail"],
+		"the bound named is the one on what the client sent")
 }

@@ -51,6 +51,20 @@ func (s Source) Namespace() string {
 	return "user:"
 }
 
+// Input names what the client sends for s, for error messages: the
+// header's name, or what the key is made of.
+func (s Source) Input() string {
+	switch s {
+	case Peer:
+		return "client address"
+	case Header:
+		return ClientKeyHeader
+	case APIKey:
+		return "API key name"
+	}
+	return UserIDHeader
+}
+
 // The headers the client-asserted sources read.
 const (
 	ClientKeyHeader = "X-Client-Key"
@@ -198,10 +212,7 @@ func (rs *Resolver) from(r *http.Request, s Source) (Identity, bool, error) {
 		}
 		return newIdentity(APIKey, name), true, nil
 	}
-	name := ClientKeyHeader
-	if s == User {
-		name = UserIDHeader
-	}
+	name := s.Input()
 	if !rs.HeadersBelieved(r) {
 		return Identity{}, false, nil
 	}
