@@ -99,3 +99,25 @@ func FuzzEndpoint(f *testing.F) {
 		assert.Equal(t, got, again, "folding is idempotent")
 	})
 }
+
+// Names equal under Unicode case folding are duplicates: encoding/json (and
+// so many gateways written in Go) matches a member to a field
+// case-insensitively and keeps the last match, so {"endpoint":"a",
+// "ENDPOINT":"b"} would be "b" to it and "a" to an exact reader.
+func TestObjectRefusesNamesEqualUnderCaseFolding(t *testing.T) {
+	many := `"m1":1,"m2":2,"m3":3,"m4":4,"m5":5,"m6":6,"m7":7,"m8":8,"m9":9,`
+	for _, in := range []string{
+		`{"endpoint":"a","ENDPOINT":"b"}`,
+		`{"Endpoint":"a","endpoint":"b"}`,
+		`{"policy":"p","key":"k","\u212Aey":"k2"}`, // KELVIN SIGN folds to k
+		`{"ſum":1,"SUM":2}`,                        // LONG S folds to s
+		`{` + many + `"key":"a","KEY":"b"}`,        // past smallObject: the set
+		`{` + many + `"kEy":"a","\u212AEY":"b"}`,
+	} {
+		_, err := canon.AppendObject(nil, []byte(in))
+		assert.ErrorIs(t, err, canon.ErrDuplicate, in)
+	}
+	obj, err := canon.AppendObject(nil, []byte(`{`+many+`"key":"a","keys":"b","kex":1}`))
+	require.NoError(t, err, "different names are not duplicates")
+	assert.Len(t, obj, 12)
+}
