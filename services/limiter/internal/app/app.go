@@ -230,15 +230,14 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	opts := httpapi.Options{
-		Snapshot:       a.current.Load,
-		AdminKey:       a.cfg.AdminKey,
-		TrustedProxies: a.cfg.TrustedProxies,
-		Logger:         a.log,
-		Registry:       reg,
-		Draining:       a.draining,
-		PingSources:    a.cfg.PingKey,
-		RateSources:    a.cfg.RateKey,
-		EndpointFold:   a.cfg.EndpointFold,
+		Snapshot:     a.current.Load,
+		AdminKey:     a.cfg.AdminKey,
+		Logger:       a.log,
+		Registry:     reg,
+		Draining:     a.draining,
+		PingSources:  a.cfg.PingKey,
+		RateSources:  a.cfg.RateKey,
+		EndpointFold: a.cfg.EndpointFold,
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes

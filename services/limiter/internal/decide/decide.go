@@ -286,7 +286,7 @@ func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
 		return h
 	}
 	s := results[shown]
-	h.Fields = httplimit.NewFields(policyHeader, ps[shown].Name, s.Decision)
+	h.Fields = httplimit.NewFields(policyHeader, ps[shown], s.Decision)
 	if refused && retry >= 0 {
 		h.RetryAfter = httplimit.RetryAfterSeconds(retry)
 	}
