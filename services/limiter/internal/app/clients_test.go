@@ -32,8 +32,9 @@ func send(t testing.TB, h http.Handler, method, target, body string, header map[
 }
 
 // With --internal-addr the public listener serves the seed routes and
-// health only; the decision APIs, /metrics and /admin/* are on the
-// internal one.
+// health only; the decision APIs, /metrics and every admin route are on the
+// internal one. DELETE /rate/reset used to stay public, where wrong keys
+// were throttled apart from /admin/offenders'.
 func TestInternalListenerTakesTheDecisionAPIs(t *testing.T) {
 	a := newApp(t, load(t, "--store=memory", "--internal-addr=127.0.0.1:0"), limitertest.NewClock(t0))
 	pub, internal := a.Handler(), a.InternalHandler()
@@ -49,6 +50,8 @@ func TestInternalListenerTakesTheDecisionAPIs(t *testing.T) {
 		{pub, http.MethodPost, "/v1/check", 404},
 		{pub, http.MethodGet, "/metrics", 404},
 		{pub, http.MethodGet, "/admin/offenders", 404},
+		{pub, http.MethodDelete, "/rate/reset/1", 404},
+		{internal, http.MethodDelete, "/rate/reset/1", 403},
 		{internal, http.MethodPost, "/v1/check", 200},
 		{internal, http.MethodGet, "/metrics", 200},
 		{internal, http.MethodGet, "/admin/offenders", 403},

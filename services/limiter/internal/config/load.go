@@ -127,7 +127,7 @@ var settings = []setting{
 		c.TrustedProxies = list
 		return nil
 	}},
-	{"internal-addr", "", "listen address, host:port, of the decision APIs (/v1/check, POST /json), /metrics and /admin/*; when set, --addr serves only the seed routes and health. Empty: everything on --addr", func(c *Config, v string) error {
+	{"internal-addr", "", "listen address, host:port, of the decision APIs (/v1/check, POST /json), /metrics and every admin route (DELETE /rate/reset, /admin/*); when set, --addr serves only the other seed routes and health. Empty: everything on --addr", func(c *Config, v string) error {
 		if v != "" {
 			if err := checkHostPort(v); err != nil {
 				return err

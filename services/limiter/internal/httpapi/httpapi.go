@@ -27,8 +27,9 @@ type Options struct {
 	// once and is served on what it returns. POST /json is served when the
 	// first snapshot has Envoy rules.
 	Snapshot func() *snapshot.Snapshot
-	// AdminKey guards DELETE /rate/reset and GET /admin/offenders; empty
-	// means always 403.
+	// AdminKey guards DELETE /rate/reset and GET /admin/offenders, which
+	// are served where the decision APIs are (see Listener); empty means
+	// always 403.
 	AdminKey string
 	// TrustedProxies are the CIDRs whose forwarding headers c.ClientIP
 	// believes; empty means none: the peer address is the client.
@@ -53,9 +54,9 @@ type Options struct {
 	RateSources []identity.Source
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold
-	// AdminFailures bounds the failed admin attempts of one client per
-	// minute; over it admin routes answer 429 without comparing the key.
-	// 0 means DefaultAdminFailures.
+	// AdminFailures bounds the wrong admin keys of one client per minute;
+	// over it a wrong key is answered 429, a valid one still passes. 0
+	// means DefaultAdminFailures.
 	AdminFailures int64
 }
 
@@ -65,16 +66,19 @@ type Listener uint8
 const (
 	// AllRoutes serves every route on one listener.
 	AllRoutes Listener = iota
-	// PublicRoutes serves the seed routes and health only: what clients
-	// reach when the decision APIs are on an internal listener.
+	// PublicRoutes serves the seed routes (but DELETE /rate/reset) and
+	// health: what clients reach when the decision APIs are on an internal
+	// listener.
 	PublicRoutes
-	// InternalRoutes serves /v1/check, POST /json, /metrics, /admin/* and
-	// health: for trusted callers (gateways, operators, Prometheus).
+	// InternalRoutes serves /v1/check, POST /json, /metrics, every admin
+	// route (DELETE /rate/reset, /admin/*) and health: for trusted callers
+	// (gateways, operators, Prometheus). Being the only engine with admin
+	// routes, it holds the process's one admin throttle.
 	InternalRoutes
 )
 
-// DefaultAdminFailures is how many failed admin attempts per minute one
-// client may make before admin routes answer it 429.
+// DefaultAdminFailures is how many wrong admin keys per minute one client
+// may send before the next ones are answered 429.
 const DefaultAdminFailures = 20
 
 // handler holds what the handlers share. It is immutable after New.
@@ -114,8 +118,10 @@ func New(o Options) (*gin.Engine, error) {
 		o.AdminFailures = DefaultAdminFailures
 	}
 	var err error
-	if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
-		return nil, err
+	if o.Listener != PublicRoutes {
+		if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
+			return nil, err
+		}
 	}
 	if h.hasher, err = offenders.NewHasher(""); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
@@ -172,9 +178,9 @@ func New(o Options) (*gin.Engine, error) {
 		get("/status", h.serve(h.handleStatus))
 		e.POST("/rate/check", h.serve(h.handleCheck))
 		get("/rate/status", h.serve(h.handleRateStatus))
-		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
 	}
 	if o.Listener != PublicRoutes {
+		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
 		e.POST("/v1/check", h.serve(h.handleV1Check))
 		get("/admin/offenders", h.serve(h.handleOffenders))
 		if o.Snapshot().Envoy != nil {
