@@ -21,7 +21,8 @@ import (
 
 // resolver builds the identity rules of cfg: whose headers are believed,
 // the IPv6 grouping and the API keys, read from their file now (at start
-// and on every reload).
+// and on every reload). A file without any key is refused unless
+// cfg.APIKeysAllowEmpty: a reload keeps the running keys.
 func resolver(cfg config.Config) (*identity.Resolver, error) {
 	r := &identity.Resolver{Trust: cfg.IdentityHeaders, IPv6Prefix: cfg.IPv6Prefix}
 	for _, p := range cfg.TrustedProxies {
@@ -39,6 +40,9 @@ func resolver(cfg config.Config) (*identity.Resolver, error) {
 		keys, err := identity.LoadAPIKeys(cfg.APIKeysFile)
 		if err != nil {
 			return nil, &config.Error{Field: "api_keys_file", Reason: err.Error()}
+		}
+		if keys.Len() == 0 && !cfg.APIKeysAllowEmpty {
+			return nil, &config.Error{Field: "api_keys_file", Reason: cfg.APIKeysFile + " holds no key: every X-Api-Key would be refused (401); add digests, or set --api-keys-allow-empty to mean it"}
 		}
 		r.APIKeys = keys
 	}

@@ -154,6 +154,8 @@ type Config struct {
 	// APIKeysFile holds the SHA-256 digests of the accepted X-Api-Key
 	// values, one per line; re-read on SIGHUP. Empty: none.
 	APIKeysFile string
+	// APIKeysAllowEmpty lets APIKeysFile hold no digest.
+	APIKeysAllowEmpty bool
 	// IPv6Prefix is how many leading bits name one IPv6 client.
 	IPv6Prefix int
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
