@@ -22,10 +22,12 @@ import (
 // resolver builds the identity rules of cfg: whose headers are believed,
 // the IPv6 grouping and the API keys, read from their file now (at start
 // and on every reload). A file without any key is refused unless
-// cfg.APIKeysAllowEmpty: a reload keeps the running keys.
-func resolver(cfg config.Config) (*identity.Resolver, error) {
+// cfg.APIKeysAllowEmpty: a reload keeps the running keys. trustedProxies
+// are the process's, which the HTTP engine also judges X-Forwarded-For by:
+// a reload does not change them.
+func resolver(cfg config.Live, trustedProxies []string) (*identity.Resolver, error) {
 	r := &identity.Resolver{Trust: cfg.IdentityHeaders, IPv6Prefix: cfg.IPv6Prefix}
-	for _, p := range cfg.TrustedProxies {
+	for _, p := range trustedProxies {
 		prefix, err := netip.ParsePrefix(p)
 		if err != nil {
 			addr, aerr := netip.ParseAddr(p)
@@ -51,7 +53,7 @@ func resolver(cfg config.Config) (*identity.Resolver, error) {
 
 // decisionAPI lists the policies cfg opens to /v1/check although a seed
 // route uses them, sorted.
-func decisionAPI(cfg config.Config) []string {
+func decisionAPI(cfg config.Live) []string {
 	var names []string
 	for n, open := range cfg.DecisionAPI {
 		if open {

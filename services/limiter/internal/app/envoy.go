@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
@@ -46,16 +47,16 @@ func envoyOptions(cfg config.Config) envoy.Options {
 	}
 }
 
-// envoyClash refuses a configuration with a policy named like one that
-// rules derive from an Envoy descriptor: the two would share counters. It
-// runs at start and on every reload; rules may be nil.
-func envoyClash(rules *envoy.Rules, cfg config.Config) error {
+// envoyClash refuses policies of which one is named like one that rules
+// (read from folder) derive from an Envoy descriptor: the two would share
+// counters. It runs at start and on every reload; rules may be nil.
+func envoyClash(rules *envoy.Rules, policies map[string]limiter.Policy, folder string) error {
 	if rules == nil {
 		return nil
 	}
 	for _, p := range rules.Policies() {
-		if _, clash := cfg.Policies[p.Name]; clash {
-			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + cfg.EnvoyConfig + " derives the same policy name; rename one"}
+		if _, clash := policies[p.Name]; clash {
+			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + folder + " derives the same policy name; rename one"}
 		}
 	}
 	return nil

@@ -52,7 +52,7 @@ func newReloadsCounter() *prometheus.CounterVec {
 
 // policiesOf returns cfg's policies sorted by name, warning about any
 // policy that protects nothing.
-func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
+func (a *App) policiesOf(cfg config.Live) []limiter.Policy {
 	ps := make([]limiter.Policy, 0, len(cfg.Policies))
 	for _, n := range slices.Sorted(maps.Keys(cfg.Policies)) {
 		p := cfg.Policies[n]
@@ -64,13 +64,14 @@ func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
 	return ps
 }
 
-// Reload reads the configuration again and replaces the policies and routes
-// without dropping a request: the new set is validated completely (the
-// configuration's own checks, then a probe that the store can decide every
-// policy), then swapped in atomically; requests in flight finish on the
-// policies they started with. On any error the running policies stay, and
-// the error is logged as one line naming the field. Other settings (addr,
-// store, ...) need a restart: a warning lists those that changed. Reload
+// Reload reads the configuration again and replaces what config.Live holds
+// (policies, routes, identity rules, ...) without dropping a request: the
+// new set is validated completely (the configuration's own checks, then a
+// probe that the store can decide every policy), then swapped in
+// atomically; requests in flight finish on the policies they started with.
+// On any error the running set stays, and the error is logged as one line
+// naming the field. Every other setting (addr, store, trusted_proxies, ...)
+// needs a restart: a warning lists those that changed. Reload
 // is what SIGHUP calls; it is safe for concurrent use (reloads run one at
 // a time).
 func (a *App) Reload(ctx context.Context) error {
@@ -112,7 +113,7 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 			return cfg, &config.Error{Field: "--envoy-config", Reason: fmt.Sprintf("%s holds no domain any more: every descriptor would be answered OK with no limit; restore the files, or set --envoy-allow-empty-reload to mean it", a.cfg.EnvoyConfig)}
 		}
 	}
-	snap, err := a.snapshot(cfg, rules)
+	snap, err := a.snapshot(cfg.Live, rules)
 	if err != nil {
 		return cfg, err
 	}
@@ -176,17 +177,18 @@ func (a *App) reloadLoop(ctx context.Context) {
 	}
 }
 
-// restartSettings names the fields of config.Config, other than the
-// policies and routes that Reload applies, whose values differ between
-// running and loaded. It compares every field by reflection, so a setting
-// added later is covered without a list to keep up to date. Only names are
-// returned: values may be secrets.
+// restartSettings names the fields of config.Config outside config.Live
+// (what Reload applies) whose values differ between running and loaded. It
+// compares every field by reflection, so a setting added later is covered
+// without a list to keep up to date: config.Live alone says what a reload
+// changes. Only names are returned: values may be secrets.
 func restartSettings(running, loaded config.Config) []string {
 	rv, lv := reflect.ValueOf(running), reflect.ValueOf(loaded)
+	live := reflect.TypeFor[config.Live]()
 	var changed []string
 	for i := range rv.NumField() {
 		f := rv.Type().Field(i)
-		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" {
+		if !f.IsExported() || f.Type == live {
 			continue
 		}
 		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {

@@ -289,7 +289,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 
-	c := Config{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}
+	c := Config{Live: Live{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}}
 	for _, s := range settings {
 		if err := s.set(&c, s.def); err != nil {
 			return Config{}, fmt.Errorf("config: default of --%s: %w", s.name, err)
