@@ -74,10 +74,17 @@ func (a *App) policiesOf(cfg config.Live) []limiter.Policy {
 // needs a restart: a warning lists those that changed. Reload
 // is what SIGHUP calls; it is safe for concurrent use (reloads run one at
 // a time).
-func (a *App) Reload(ctx context.Context) error {
+func (a *App) Reload(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadDir) }
+
+// reloadWatched is Reload for a change the Envoy folder watch saw: a rule
+// file that may be half-written is refused (see envoy.LoadWholeDir).
+func (a *App) reloadWatched(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadWholeDir) }
+
+// reloadWith is Reload reading the Envoy folder with loadDir.
+func (a *App) reloadWith(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) error {
 	a.reloading.Lock()
 	defer a.reloading.Unlock()
-	cfg, err := a.reload(ctx)
+	cfg, err := a.reload(ctx, loadDir)
 	if err != nil {
 		a.reloads.WithLabelValues(reloadFailed).Inc()
 		a.log.Error("reload refused; the running policies stay", "error", err.Error())
@@ -91,7 +98,7 @@ func (a *App) Reload(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) reload(ctx context.Context) (config.Config, error) {
+func (a *App) reload(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) (config.Config, error) {
 	if a.load == nil {
 		return config.Config{}, errNoReloadSource
 	}
@@ -106,7 +113,7 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	// The Envoy folder the service started with is read again too.
 	rules := old.Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
-		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
+		if rules, err = loadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
 			return cfg, err
 		}
 		if len(rules.Domains()) == 0 && len(old.Envoy.Domains()) > 0 && !cfg.EnvoyAllowEmptyReload {
