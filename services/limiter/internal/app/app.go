@@ -218,6 +218,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		PingSources:    a.cfg.PingKey,
 		RateSources:    a.cfg.RateKey,
 		EndpointFold:   a.cfg.EndpointFold,
+		AccessLog:      accessLog(a.cfg.AccessLog),
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
@@ -273,6 +274,17 @@ func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot,
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return snap, nil
+}
+
+// accessLog is the engine's access-log mode of the configured one.
+func accessLog(mode config.AccessLog) httpapi.AccessLog {
+	switch mode {
+	case config.AccessLogAll:
+		return httpapi.AccessLogAll
+	case config.AccessLogRefusals:
+		return httpapi.AccessLogRefusals
+	}
+	return httpapi.AccessLogOff
 }
 
 // decisionBudget is the decision layer's bound on one request's decisions:

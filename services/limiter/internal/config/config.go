@@ -52,6 +52,16 @@ const MinAdminKeyLen = 16
 // per process.
 const HashSecretEnv = "LIMITER_HASH_SECRET"
 
+// AccessLog says which requests get an access-log line.
+type AccessLog string
+
+// The access-log modes.
+const (
+	AccessLogOff      AccessLog = "off"
+	AccessLogRefusals AccessLog = "refusals"
+	AccessLogAll      AccessLog = "all"
+)
+
 // Config is the service's configuration after every source has been applied.
 // A Config returned by Load is valid; it is a plain value, safe to copy.
 type Config struct {
@@ -128,6 +138,8 @@ type Config struct {
 	ShutdownTimeout    time.Duration // how long in-flight requests may take to finish
 	LogLevel           slog.Level
 	LogFormat          string // "text" or "json"
+	// AccessLog says which requests get an INFO line (--access-log).
+	AccessLog AccessLog
 	// OffendersWindow is the interval of GET /admin/offenders: it reports
 	// the keys refused most in the current and the previous interval.
 	OffendersWindow time.Duration

@@ -119,6 +119,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true", "api-keys-allow-empty": "true",
+		"access-log": "refusals",
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -166,6 +167,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, 20, c.SlidingLogMaxLimit)
 		assert.True(t, c.EnvoyAllowEmptyReload)
 		assert.True(t, c.APIKeysAllowEmpty)
+		assert.Equal(t, AccessLogRefusals, c.AccessLog)
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 

@@ -189,6 +189,14 @@ var settings = []setting{
 		}
 		return nil
 	}},
+	{"access-log", "off", "which requests get an INFO line: off (none; errors and state changes are always logged), refusals (each 429, at most one line per client key a second, carrying how many were folded into it) or all (one per request)", func(c *Config, v string) error {
+		switch AccessLog(v) {
+		case AccessLogOff, AccessLogRefusals, AccessLogAll:
+			c.AccessLog = AccessLog(v)
+			return nil
+		}
+		return fmt.Errorf("%q is not off, refusals or all", v)
+	}},
 	{"log-format", "text", "text or json", func(c *Config, v string) error {
 		if v != "text" && v != "json" {
 			return fmt.Errorf("%q is not one of text, json", v)

@@ -15,6 +15,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 // X-Client-Key: 192.0.2.9 four times used to lock 192.0.2.9 out of /ping
@@ -88,7 +90,7 @@ func TestHeadWhereverGetIsServed(t *testing.T) {
 // The access log's client hash was an unkeyed truncated SHA-256: an IPv4
 // address is reversed by trying all 2^32.
 func TestLoggedClientHashIsKeyed(t *testing.T) {
-	s := newServer(t, openMemory(t))
+	s := newServer(t, openMemory(t), func(o *options) { o.AccessLog = httpapi.AccessLogAll })
 	require.Equal(t, http.StatusOK, s.do(req{method: http.MethodGet, target: "/ping", remote: "192.0.2.44:1"}).Code)
 	logs := s.logs.String()
 	require.Contains(t, logs, "client=")

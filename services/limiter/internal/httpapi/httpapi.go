@@ -34,8 +34,12 @@ type Options struct {
 	// TrustedProxies are the CIDRs whose forwarding headers c.ClientIP
 	// believes; empty means none: the peer address is the client.
 	TrustedProxies []string
-	// Logger receives one line per request; nil discards.
+	// Logger receives errors, state changes and the access log; nil
+	// discards.
 	Logger *slog.Logger
+	// AccessLog says which requests get a line at INFO: none (the
+	// default), refusals (429) sampled per key, or all.
+	AccessLog AccessLog
 	// Registry receives tollgate_http_requests_total and is served on
 	// /metrics.
 	Registry *prometheus.Registry
@@ -59,6 +63,21 @@ type Options struct {
 	// means DefaultAdminFailures.
 	AdminFailures int64
 }
+
+// AccessLog says which requests the access log writes a line for.
+type AccessLog uint8
+
+const (
+	// AccessLogOff writes no line per request: errors and state changes
+	// are logged apart.
+	AccessLogOff AccessLog = iota
+	// AccessLogRefusals writes a line per 429, at most one per client key
+	// a second; that line counts the refusals of the key folded since the
+	// key's previous line.
+	AccessLogRefusals
+	// AccessLogAll writes a line per request.
+	AccessLogAll
+)
 
 // Listener names the set of routes an engine serves.
 type Listener uint8
@@ -95,6 +114,9 @@ type handler struct {
 	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
 	// storeErrors samples the store-error log lines.
 	storeErrors *sampler
+	access      AccessLog
+	// refusals samples the access log's refusal lines, per client key.
+	refusals *keySampler
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -104,7 +126,7 @@ func New(o Options) (*gin.Engine, error) {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
 	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, rateSources: o.RateSources, fold: o.EndpointFold,
-		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now)}
+		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now), access: o.AccessLog, refusals: newKeySampler(refusalKeys)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
