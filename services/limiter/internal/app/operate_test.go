@@ -80,6 +80,10 @@ func TestSQLiteStoreGauges(t *testing.T) {
 	assert.Equal(t, 5.0, m["tollgate_sqlite_writer_batches_total"])
 	assert.Equal(t, 0.0, m["tollgate_sqlite_writer_replays_total"])
 	assert.NotContains(t, m, "tollgate_memory_keys")
+	assert.Equal(t, 0.0, m["tollgate_sqlite_disk_full"], "the reserve is in place")
+	// What a full disk leaves behind: the reserve given to the database.
+	require.NoError(t, os.Remove(path+"-reserve"))
+	assert.Equal(t, 1.0, scrape(t, a.Handler())["tollgate_sqlite_disk_full"], "the reserve is gone")
 }
 
 // reloadFixture is an app on a YAML file that the test rewrites, reloaded

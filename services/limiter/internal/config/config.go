@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
 // Store names a storage backend.
@@ -173,6 +174,10 @@ type Config struct {
 	// (memory_max_keys), apart from --memory-max-keys: another policy's
 	// flood of keys cannot push their state out.
 	MemoryPolicyMaxKeys map[string]int
+	// TLS are the PEM files of every listener's TLS (an empty Cert: plain
+	// TCP); InternalTLS and GRPCTLS override them on one listener. See
+	// ListenerTLS.
+	TLS, InternalTLS, GRPCTLS tlsfiles.Files
 	// DecisionTimeout bounds the time one request's decisions may take,
 	// the wait for a turn at the store included; a request whose decision
 	// could not be sent within it is shed (503 overloaded).
@@ -244,6 +249,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("endpoint_fold", c.EndpointFold.String()),
 		slog.Duration("offenders_window", c.OffendersWindow),
 		slog.Bool("offenders_raw_keys", c.OffendersRawKeys),
+		slog.Any("tls", c.tlsLogValue()),
 		slog.Any("policies", PoliciesLogValue(c.Policies)),
 		slog.Any("routes", c.RoutePolicies),
 	)
