@@ -46,6 +46,7 @@ func (a *App) watchEnvoy(ctx context.Context) {
 		return
 	}
 	defer w.Close()
+	a.log.Info("the Envoy folder is watched", "folder", dir)
 	quiet := time.NewTimer(watchQuiet)
 	defer quiet.Stop()
 	quiet.Stop()

@@ -50,6 +50,7 @@ func watchFolder(t *testing.T, path string) *watched {
 		<-done
 		assert.NoError(t, a.Close())
 	})
+	w.logged(t, "the Envoy folder is watched") // changes before it would go unseen
 	return w
 }
 
