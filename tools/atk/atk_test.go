@@ -151,7 +151,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41", "ATK-42", "ATK-43"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -177,13 +177,13 @@ var variants = []struct {
 }{
 	{"answers 200 to everything", flaws{all200: true}, allExcept("ATK-28")},
 	{"trusts forwarding headers", flaws{trustForwarded: true}, []string{"ATK-18", "ATK-19", "ATK-40", "ATK-41"}},
-	{"no admin check", flaws{noAdminCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-32"}},
+	{"no admin check", flaws{noAdminCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-32", "ATK-42"}},
 	{"not fail-closed without a key", flaws{notFailClosed: true}, []string{"ATK-32"}},
-	{"resets before checking the key", flaws{resetBeforeCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-34"}},
+	{"resets before checking the key", flaws{resetBeforeCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-34", "ATK-42"}},
 	{"case-insensitive admin key", flaws{foldKey: true}, []string{"ATK-24"}},
 	{"path checked before the key", flaws{pathBeforeKey: true}, []string{"ATK-06", "ATK-32"}},
 	{"path id not validated", flaws{uncheckedPathID: true}, []string{"ATK-07", "ATK-08", "ATK-09", "ATK-27"}},
-	{"reset ignores the user", flaws{resetIgnoresUser: true}, []string{"ATK-34"}},
+	{"reset ignores the user", flaws{resetIgnoresUser: true}, []string{"ATK-34", "ATK-42"}},
 	{"concatenates SQL", flaws{concatSQL: true}, []string{"ATK-04", "ATK-25", "ATK-26", "ATK-27"}},
 	{"endpoint length not validated", flaws{noLengthCheck: true}, []string{"ATK-03"}},
 	{"rejects 128-character endpoints", flaws{strictLength: true}, []string{"ATK-03", "ATK-35"}},
@@ -199,7 +199,7 @@ var variants = []struct {
 	{"no body limit", flaws{noBodyLimit: true}, []string{"ATK-20"}},
 	{"every method accepted", flaws{anyMethod: true}, []string{"ATK-23"}},
 	{"8 MiB headers accepted", flaws{bigHeaders: true}, []string{"ATK-28"}},
-	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33", "ATK-36", "ATK-40"}},
+	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33", "ATK-36", "ATK-40", "ATK-42"}},
 	{"records refused attempts", flaws{recordsDenied: true}, []string{"ATK-33"}},
 	{"charges malformed requests", flaws{chargesInvalid: true}, []string{"ATK-29"}},
 	{"unknown policy falls back", flaws{defaultPolicy: true}, []string{"ATK-30"}},
@@ -207,9 +207,12 @@ var variants = []struct {
 	{"header keys share the peers' namespace", flaws{sharedNamespace: true}, []string{"ATK-37"}},
 	{"/v1/check charges seed policies", flaws{v1SeedPolicies: true}, []string{"ATK-38"}},
 	{"believes X-Client-Key from anyone", flaws{trustClientKey: true}, []string{"ATK-36"}},
-	{"decision APIs on the public listener", flaws{decisionAPIsPublic: true}, []string{"ATK-39"}},
+	{"decision APIs on the public listener", flaws{decisionAPIsPublic: true}, []string{"ATK-39", "ATK-43"}},
 	{"IPv6 addresses keyed apart", flaws{ipv6Apart: true}, []string{"ATK-40", "ATK-41"}},
 	{"forwarded ports and bad entries key by the proxy", flaws{forwardedFallback: true}, []string{"ATK-41"}},
+	{"wrong admin keys never throttled", flaws{noAdminThrottle: true}, []string{"ATK-42"}},
+	{"a throttled address refused the right key too", flaws{throttleLocksOut: true}, []string{"ATK-42"}},
+	{"admin reset on the public listener", flaws{resetPublic: true}, []string{"ATK-43"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.
@@ -319,7 +322,9 @@ func TestRunExitCodes(t *testing.T) {
 		{"all pass", withKey, []string{"--target", good, "--closed-target", closed, "--strict-target", strict, "--strict-internal-target", strictInternal, "--trusted-proxy", refProxy.String(), "--seed", "42"}, exitPass,
 			fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(Cases)), ""},
 		{"a failure", withKey, []string{"--target", broken, "--only", "ATK-01"}, exitFail, "expected: 400 actual : 200", ""},
-		{"key from another variable", map[string]string{"K": testKey}, []string{"--target", good, "--admin-key-env", "K", "--only", "ATK-24"}, exitPass,
+		// A reference of its own: wrong admin keys from one address add up
+		// in a reference whose minute never ends.
+		{"key from another variable", map[string]string{"K": testKey}, []string{"--target", newReference(t, testKey, flaws{}), "--admin-key-env", "K", "--only", "ATK-24"}, exitPass,
 			"admin key $K set", ""},
 	}
 	for _, tt := range tests {

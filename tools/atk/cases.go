@@ -20,6 +20,12 @@ const maxExhaust = 200
 // floodSize is how many bad requests ATK-29 sends at once.
 const floodSize = 200
 
+// adminGuesses is how many wrong admin keys ATK-42 sends from one address:
+// more than twice the 20 a minute the service answers 403 before it
+// throttles, so that at least one is throttled even when the guesses
+// straddle a minute boundary.
+const adminGuesses = 2*20 + 1
+
 // Cases is the attack table: ATK-01..ATK-12 are the sliding-window seed's (docs/seeds.md)
 // cases with docs/design.md's status codes, the rest what hostile clients send.
 // Adding a case is adding a row.
@@ -536,6 +542,55 @@ var Cases = []Case{
 			}}, Step{Req: Request{Method: http.MethodGet, Path: "/status?key=" + v4}, Want: 200, Check: func(e *Env, r *Response) {
 				assert.Equal(e.T, int64(2), e.Number(r, "count", "GET /status"), "GET /status?key=%s: the two requests forwarded with its ports", v4)
 			}})
+		},
+	},
+	{
+		ID: "ATK-42", Name: "admin locked out by others' wrong keys",
+		Desc:  fmt.Sprintf("from one other loopback address, %d wrong X-Admin-Key on DELETE /rate/reset/{id} -> 403 or 429 with Retry-After (at least one 429), count unchanged; then the right key from that address -> 200, deleted 1", adminGuesses),
+		Needs: NeedAdminKey | NeedLoopback,
+		Then: func(e *Env) {
+			shared, uid, ep := e.PeerIP(), e.UserID(), e.Token("e-")
+			if r := e.Run(okCheck(uid, ep, 1)); r.Status != http.StatusOK {
+				return
+			}
+			throttled := 0
+			for i := range adminGuesses {
+				req := Request{Method: http.MethodDelete, Path: "/rate/reset/" + uid, Header: hdr("X-Admin-Key", e.Token("wrong-")), From: shared}
+				what := fmt.Sprintf("%s, wrong key #%d", req, i+1)
+				r := e.Do(req)
+				switch {
+				case r.Status == http.StatusForbidden: // also after a 429, when a new minute began
+					AssertProblem(e.T, r, what)
+				case r.Status == http.StatusTooManyRequests:
+					assertDenied(e, r, what)
+					throttled++
+				default:
+					assert.Fail(e.T, fmt.Sprintf("%s: status 403 or 429, got %d (body %s, error %v)", what, r.Status, shorten(string(r.Body), 120), r.Err))
+					return
+				}
+			}
+			assert.Positive(e.T, throttled, "%d wrong admin keys from %s: none throttled", adminGuesses, shared)
+			e.Run(countIs(uid, ep, 1))
+			e.Run(Step{Req: Request{Method: http.MethodDelete, Path: "/rate/reset/" + uid, Header: hdr("X-Admin-Key", e.AdminKey()), From: shared}, Want: 200,
+				Check: func(e *Env, r *Response) {
+					assert.Equal(e.T, int64(1), e.Number(r, "deleted", "reset with the right key"), "reset with the right key from %s: deleted", shared)
+				}})
+			e.Run(countIs(uid, ep, 0))
+		},
+	},
+	{
+		ID: "ATK-43", Name: "admin reset on the public listener",
+		Desc:  "against --strict-target: DELETE /rate/reset/{id} with the admin key -> 404 problem (every admin route is on the internal listener); on --strict-internal-target -> 200",
+		Needs: NeedStrictTarget,
+		Steps: func(e *Env) []Step {
+			reset := Request{Method: http.MethodDelete, Path: "/rate/reset/" + e.UserID(), Header: hdr("X-Admin-Key", e.AdminKey()), To: Strict}
+			steps := []Step{{Req: reset, Want: 404}}
+			if e.cfg.StrictInternal == "" {
+				e.Note("no --strict-internal-target: the admin reset's new place is not checked")
+				return steps
+			}
+			reset.To = StrictInternal
+			return append(steps, Step{Req: reset, Want: e.AdminWant(200)})
 		},
 	},
 }

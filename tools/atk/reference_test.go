@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode"
@@ -61,6 +62,9 @@ type flaws struct {
 	decisionAPIsPublic bool // a strict reference serves its decision APIs publicly too
 	ipv6Apart          bool // every IPv6 address is its own client, no /64 grouping
 	forwardedFallback  bool // a forwarded entry with a port, or malformed, keys by the proxy (Gin's ClientIP)
+	noAdminThrottle    bool // wrong admin keys are never throttled
+	throttleLocksOut   bool // a throttled address is refused before its key is compared, the right key too
+	resetPublic        bool // a strict reference serves DELETE /rate/reset on its public listener
 }
 
 const (
@@ -69,6 +73,9 @@ const (
 	refCheckLimit = 10
 	refAPILimit   = 10
 	maxBody       = 64 << 10
+	// refAdminFailures wrong admin keys from one address are answered 403,
+	// the next ones 429 (the reference's clock never moves to a new minute).
+	refAdminFailures = 20
 )
 
 // refNow is the reference's fixed clock: time never moves during a test.
@@ -84,6 +91,9 @@ type reference struct {
 	f        flaws
 	strict   bool
 	proxy    netip.Addr // the trusted proxy, whose X-Forwarded-For is read
+
+	mu       sync.Mutex
+	failures map[string]int // wrong admin keys by peer address
 }
 
 // refProxy is the address the test references trust as a proxy.
@@ -105,7 +115,7 @@ func openReference(path, adminKey string, f flaws) (*reference, error) {
 		db.Close()
 		return nil, err
 	}
-	return &reference{db: db, adminKey: adminKey, f: f}, nil
+	return &reference{db: db, adminKey: adminKey, f: f, failures: map[string]int{}}, nil
 }
 
 // newReference starts a reference service (with flaws f) on loopback and
@@ -157,7 +167,7 @@ var routes = []route{
 	{http.MethodGet, "/status", false, (*reference).status, false},
 	{http.MethodPost, "/rate/check", false, (*reference).check, false},
 	{http.MethodGet, "/rate/status", false, (*reference).rateStatus, false},
-	{http.MethodDelete, "/rate/reset/", true, (*reference).reset, false},
+	{http.MethodDelete, "/rate/reset/", true, (*reference).reset, true},
 	{http.MethodPost, "/v1/check", false, (*reference).v1Check, true},
 	{http.MethodPost, "/json", false, (*reference).envoyJSON, true},
 	{http.MethodGet, "/metrics", false, (*reference).metrics, true},
@@ -177,7 +187,7 @@ func (s *reference) serves(rt route, public bool) bool {
 	case !s.strict || rt.path == "/healthz":
 		return true
 	case public:
-		return !rt.internal || s.f.decisionAPIsPublic
+		return !rt.internal || s.f.decisionAPIsPublic || s.f.resetPublic && rt.path == "/rate/reset/"
 	}
 	return rt.internal
 }
@@ -582,6 +592,41 @@ func (s *reference) isAdmin(given string) bool {
 	return subtle.ConstantTimeCompare([]byte(given), []byte(s.adminKey)) == 1
 }
 
+// adminStatus is 0 when r carries the admin key, else its refusal: 403, or
+// 429 for a wrong key once its peer has sent refAdminFailures of them.
+func (s *reference) adminStatus(r *http.Request) int {
+	peer, _ := s.peerAddr(r) // a malformed forwarded entry keys by what was read: the reference only counts guesses
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f.throttleLocksOut && s.failures[peer] >= refAdminFailures {
+		return http.StatusTooManyRequests
+	}
+	given := r.Header.Get("X-Admin-Key")
+	switch {
+	case s.isAdmin(given):
+		return 0
+	case given == "" || s.adminKey == "" || s.f.noAdminThrottle:
+		return http.StatusForbidden
+	}
+	s.failures[peer]++
+	if s.failures[peer] > refAdminFailures {
+		return http.StatusTooManyRequests
+	}
+	return http.StatusForbidden
+}
+
+// refuseAdmin answers an admin refusal of adminStatus.
+func (s *reference) refuseAdmin(w http.ResponseWriter, status int) {
+	if status == http.StatusTooManyRequests {
+		if !s.f.bare429 {
+			w.Header().Set("Retry-After", strconv.Itoa(int(refWindow.Seconds())))
+		}
+		s.problemOf(w, status, "https://tollgate.example/problems/rate-limit-exceeded", "Too Many Requests", "too many wrong admin keys")
+		return
+	}
+	s.problem(w, http.StatusForbidden, "admin key missing or wrong")
+}
+
 func (s *reference) reset(w http.ResponseWriter, r *http.Request) {
 	raw := strings.TrimPrefix(r.URL.Path, "/rate/reset/")
 	uid, valid := s.userID(raw)
@@ -589,7 +634,7 @@ func (s *reference) reset(w http.ResponseWriter, r *http.Request) {
 	if s.f.uncheckedPathID {
 		id, valid = raw, true
 	}
-	admin := s.isAdmin(r.Header.Get("X-Admin-Key"))
+	refusal := s.adminStatus(r)
 	if s.f.resetBeforeCheck && valid {
 		if _, err := s.deleteEvents(id, r); err != nil {
 			s.failed(w, err)
@@ -600,8 +645,8 @@ func (s *reference) reset(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusNotFound, "no such user")
 		return
 	}
-	if !admin {
-		s.problem(w, http.StatusForbidden, "admin key missing or wrong")
+	if refusal != 0 {
+		s.refuseAdmin(w, refusal)
 		return
 	}
 	if !valid {
@@ -693,8 +738,8 @@ func (s *reference) metrics(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (s *reference) offenders(w http.ResponseWriter, r *http.Request) {
-	if !s.isAdmin(r.Header.Get("X-Admin-Key")) {
-		s.problem(w, http.StatusForbidden, "admin key missing or wrong")
+	if refusal := s.adminStatus(r); refusal != 0 {
+		s.refuseAdmin(w, refusal)
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"offenders": []any{}})

@@ -207,7 +207,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		return err
 	}
 	warnCatchAll(a.log, a.cfg.TrustedProxies)
-	snap, err := a.snapshot(a.cfg, rules)
+	snap, err := a.snapshot(a.cfg.Live, rules)
 	if err != nil {
 		return err
 	}
@@ -238,6 +238,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		PingSources:  a.cfg.PingKey,
 		RateSources:  a.cfg.RateKey,
 		EndpointFold: a.cfg.EndpointFold,
+		AccessLog:    accessLog(a.cfg.AccessLog),
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
@@ -252,15 +253,17 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	return nil
 }
 
-// snapshot builds, validated whole, the snapshot of cfg's policies, routes
-// and on_store_error modes with the Envoy rules (nil: no Envoy API). It
-// publishes nothing.
-func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapshot, error) {
-	if err := envoyClash(rules, cfg); err != nil {
+// snapshot builds, validated whole, the snapshot of cfg's policies, routes,
+// on_store_error modes and identity rules with the Envoy rules (nil: no
+// Envoy API). It reads nothing else of a reloaded configuration: what is
+// not in cfg is the running one's (a.cfg), so that a reload applies a
+// setting wholly or not at all. It publishes nothing.
+func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot, error) {
+	if err := envoyClash(rules, cfg.Policies, a.cfg.EnvoyConfig); err != nil {
 		return nil, err
 	}
 	policies := a.policiesOf(cfg)
-	ids, err := resolver(cfg)
+	ids, err := resolver(cfg, a.cfg.TrustedProxies)
 	if err != nil {
 		return nil, err
 	}
@@ -292,6 +295,17 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		return nil, fmt.Errorf("app: %w", err)
 	}
 	return snap, nil
+}
+
+// accessLog is the engine's access-log mode of the configured one.
+func accessLog(mode config.AccessLog) httpapi.AccessLog {
+	switch mode {
+	case config.AccessLogAll:
+		return httpapi.AccessLogAll
+	case config.AccessLogRefusals:
+		return httpapi.AccessLogRefusals
+	}
+	return httpapi.AccessLogOff
 }
 
 // decisionBudget is the decision layer's bound on one request's decisions:

@@ -21,9 +21,12 @@ import (
 
 // resolver builds the identity rules of cfg: whose headers are believed,
 // the IPv6 grouping and the API keys, read from their file now (at start
-// and on every reload).
-func resolver(cfg config.Config) (*identity.Resolver, error) {
-	proxies, err := httplimit.ParsePrefixes(cfg.TrustedProxies)
+// and on every reload). A file without any key is refused unless
+// cfg.APIKeysAllowEmpty: a reload keeps the running keys. trustedProxies
+// are the process's, which the connection bounds are also built with at
+// start: a reload does not change them.
+func resolver(cfg config.Live, trustedProxies []string) (*identity.Resolver, error) {
+	proxies, err := httplimit.ParsePrefixes(trustedProxies)
 	if err != nil {
 		return nil, &config.Error{Field: "trusted_proxies", Reason: err.Error()}
 	}
@@ -37,6 +40,9 @@ func resolver(cfg config.Config) (*identity.Resolver, error) {
 		if err != nil {
 			return nil, &config.Error{Field: "api_keys_file", Reason: err.Error()}
 		}
+		if keys.Len() == 0 && !cfg.APIKeysAllowEmpty {
+			return nil, &config.Error{Field: "api_keys_file", Reason: cfg.APIKeysFile + " holds no key: every X-Api-Key would be refused (401); add digests, or set --api-keys-allow-empty to mean it"}
+		}
 		r.APIKeys = keys
 	}
 	return r, nil
@@ -44,7 +50,7 @@ func resolver(cfg config.Config) (*identity.Resolver, error) {
 
 // decisionAPI lists the policies cfg opens to /v1/check although a seed
 // route uses them, sorted.
-func decisionAPI(cfg config.Config) []string {
+func decisionAPI(cfg config.Live) []string {
 	var names []string
 	for n, open := range cfg.DecisionAPI {
 		if open {

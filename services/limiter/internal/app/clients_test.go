@@ -32,8 +32,9 @@ func send(t testing.TB, h http.Handler, method, target, body string, header map[
 }
 
 // With --internal-addr the public listener serves the seed routes and
-// health only; the decision APIs, /metrics and /admin/* are on the
-// internal one.
+// health only; the decision APIs, /metrics and every admin route are on the
+// internal one. DELETE /rate/reset used to stay public, where wrong keys
+// were throttled apart from /admin/offenders'.
 func TestInternalListenerTakesTheDecisionAPIs(t *testing.T) {
 	a := newApp(t, load(t, "--store=memory", "--internal-addr=127.0.0.1:0"), limitertest.NewClock(t0))
 	pub, internal := a.Handler(), a.InternalHandler()
@@ -49,6 +50,8 @@ func TestInternalListenerTakesTheDecisionAPIs(t *testing.T) {
 		{pub, http.MethodPost, "/v1/check", 404},
 		{pub, http.MethodGet, "/metrics", 404},
 		{pub, http.MethodGet, "/admin/offenders", 404},
+		{pub, http.MethodDelete, "/rate/reset/1", 404},
+		{internal, http.MethodDelete, "/rate/reset/1", 403},
 		{internal, http.MethodPost, "/v1/check", 200},
 		{internal, http.MethodGet, "/metrics", 200},
 		{internal, http.MethodGet, "/admin/offenders", 403},
@@ -118,6 +121,40 @@ func TestAPIKeysAndTheirReload(t *testing.T) {
 	require.NoError(t, os.WriteFile(keys, []byte(digest("key-one")+"\n"+digest("key-two")+"\n"), 0o600))
 	require.NoError(t, a.Reload(context.Background()))
 	assert.Equal(t, 200, withKey("key-two").Code, "a key added to the file is accepted after a reload")
+}
+
+// An empty API-keys file, or one of comments only, was accepted at start
+// and on reload without a word: every API-key client then got 401. It is
+// refused unless --api-keys-allow-empty says it is meant; a refused reload
+// keeps the running keys and logs why.
+func TestEmptyAPIKeysFileIsRefused(t *testing.T) {
+	digest := func(k string) string { s := sha256.Sum256([]byte(k)); return hex.EncodeToString(s[:]) }
+	for _, empty := range []string{"", "# the keys go here\n\n"} {
+		keys := filepath.Join(t.TempDir(), "keys")
+		require.NoError(t, os.WriteFile(keys, []byte(empty), 0o600))
+		args := []string{"--store=memory", "--ping-key=api_key,peer", "--api-keys-file=" + keys}
+		_, err := New(context.Background(), load(t, args...))
+		require.ErrorIs(t, err, config.ErrInvalid, "start with %q", empty)
+		assert.EqualError(t, err, "config: api_keys_file: "+keys+" holds no key: every X-Api-Key would be refused (401); add digests, or set --api-keys-allow-empty to mean it")
+
+		a := newApp(t, load(t, append(args, "--api-keys-allow-empty")...), limitertest.NewClock(t0))
+		assert.Equal(t, http.StatusUnauthorized, send(t, a.Handler(), http.MethodGet, "/ping", "", map[string]string{"X-Api-Key": "key-one"}).Code, "allowed: no key accepted")
+	}
+
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte(digest("key-one")+"\n"), 0o600))
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 3}\n", "--ping-key=api_key,peer", "--api-keys-file="+keys)
+	withKey := func() int {
+		return send(t, f.app.Handler(), http.MethodGet, "/ping", "", map[string]string{"X-Api-Key": "key-one"}).Code
+	}
+	require.Equal(t, http.StatusOK, withKey())
+	require.NoError(t, os.WriteFile(keys, []byte("# emptied by mistake\n"), 0o600))
+	err := f.app.Reload(context.Background())
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.Equal(t, http.StatusOK, withKey(), "the running keys stay")
+	refused := f.logs.matching("reload refused")
+	require.Len(t, refused, 1)
+	assert.Contains(t, refused[0], "holds no key")
 }
 
 // A policy with its own memory bound keeps its keys through another

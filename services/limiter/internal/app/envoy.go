@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
@@ -53,19 +54,20 @@ func envoyOptions(cfg config.Config) envoy.Options {
 	}
 }
 
-// envoyClash refuses a configuration with a policy named like one that
-// rules derive from an Envoy descriptor: the two would share counters. It
-// runs at start and on every reload; rules may be nil.
-func envoyClash(rules *envoy.Rules, cfg config.Config) error {
+// envoyClash refuses policies of which one is named like one that rules
+// (read from folder, or pushed by xDS when folder is empty) derive from an
+// Envoy descriptor: the two would share counters. It runs at start and on
+// every reload; rules may be nil.
+func envoyClash(rules *envoy.Rules, policies map[string]limiter.Policy, folder string) error {
 	if rules == nil {
 		return nil
 	}
-	source := cfg.EnvoyConfig
+	source := folder
 	if source == "" {
 		source = "the xDS version"
 	}
 	for _, p := range rules.Policies() {
-		if _, clash := cfg.Policies[p.Name]; clash {
+		if _, clash := policies[p.Name]; clash {
 			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + source + " derives the same policy name; rename one"}
 		}
 	}

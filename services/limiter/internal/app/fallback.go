@@ -85,13 +85,13 @@ func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Po
 		usedVec: used,
 		log:     log,
 	}
-	return (&fallback{fallbackState: st}).withPolicies(cfg, policies), nil
+	return (&fallback{fallbackState: st}).withPolicies(cfg.Live, policies), nil
 }
 
 // withPolicies returns a fallback of the same primary for policies, with the
 // modes cfg gives them: at start and for each reload. f is unchanged, and
 // calls made on it keep its modes.
-func (f *fallback) withPolicies(cfg config.Config, policies []limiter.Policy) *fallback {
+func (f *fallback) withPolicies(cfg config.Live, policies []limiter.Policy) *fallback {
 	m := &fallbackModes{
 		mode: make(map[string]config.StoreErrorMode, len(policies)),
 		used: make(map[string]prometheus.Counter, len(policies)),

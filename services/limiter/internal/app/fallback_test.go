@@ -53,7 +53,7 @@ func newFallbackRig(t *testing.T) *fallbackRig {
 	require.NoError(t, err)
 	cfg := config.Config{
 		MemoryMaxKeys: 1000,
-		OnStoreError:  map[string]config.StoreErrorMode{"open": config.FailOpen, "local": config.Local},
+		Live:          config.Live{OnStoreError: map[string]config.StoreErrorMode{"open": config.FailOpen, "local": config.Local}},
 	}
 	reg := prometheus.NewRegistry()
 	logs := &bytes.Buffer{}
@@ -86,7 +86,7 @@ func TestFallbackModesFollowAReload(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrUnavailable, "fail_closed before the reload")
 
 	added := limiter.Policy{Name: "added", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour}
-	r.f = r.f.withPolicies(config.Config{OnStoreError: map[string]config.StoreErrorMode{
+	r.f = r.f.withPolicies(config.Live{OnStoreError: map[string]config.StoreErrorMode{
 		"closed": config.FailOpen, "added": config.Local,
 	}}, []limiter.Policy{closedPolicy, added})
 

@@ -52,7 +52,7 @@ func newReloadsCounter() *prometheus.CounterVec {
 
 // policiesOf returns cfg's policies sorted by name, warning about any
 // policy that protects nothing.
-func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
+func (a *App) policiesOf(cfg config.Live) []limiter.Policy {
 	ps := make([]limiter.Policy, 0, len(cfg.Policies))
 	for _, n := range slices.Sorted(maps.Keys(cfg.Policies)) {
 		p := cfg.Policies[n]
@@ -64,19 +64,27 @@ func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
 	return ps
 }
 
-// Reload reads the configuration again and replaces the policies, routes
-// and gateway rules without dropping a request: the new set is validated completely (the
-// configuration's own checks, then a probe that the store can decide every
-// policy), then swapped in atomically; requests in flight finish on the
-// policies they started with. On any error the running policies stay, and
-// the error is logged as one line naming the field. Other settings (addr,
-// store, ...) need a restart: a warning lists those that changed. Reload
+// Reload reads the configuration again and replaces what config.Live holds
+// (policies, routes, identity rules, ...) without dropping a request: the
+// new set is validated completely (the configuration's own checks, then a
+// probe that the store can decide every policy), then swapped in
+// atomically; requests in flight finish on the policies they started with.
+// On any error the running set stays, and the error is logged as one line
+// naming the field. Every other setting (addr, store, trusted_proxies, ...)
+// needs a restart: a warning lists those that changed. Reload
 // is what SIGHUP calls; it is safe for concurrent use (reloads run one at
 // a time).
-func (a *App) Reload(ctx context.Context) error {
+func (a *App) Reload(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadDir) }
+
+// reloadWatched is Reload for a change the Envoy folder watch saw: a rule
+// file that may be half-written is refused (see envoy.LoadWholeDir).
+func (a *App) reloadWatched(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadWholeDir) }
+
+// reloadWith is Reload reading the Envoy folder with loadDir.
+func (a *App) reloadWith(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) error {
 	a.reloading.Lock()
 	defer a.reloading.Unlock()
-	cfg, err := a.reload(ctx)
+	cfg, err := a.reload(ctx, loadDir)
 	if err != nil {
 		a.reloads.WithLabelValues(reloadFailed).Inc()
 		a.log.Error("reload refused; the running policies stay", "error", err.Error())
@@ -90,7 +98,7 @@ func (a *App) Reload(ctx context.Context) error {
 	return nil
 }
 
-func (a *App) reload(ctx context.Context) (config.Config, error) {
+func (a *App) reload(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) (config.Config, error) {
 	if a.load == nil {
 		return config.Config{}, errNoReloadSource
 	}
@@ -106,7 +114,7 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	// pushed by xDS stay as they are.
 	rules := old.Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
-		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
+		if rules, err = loadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
 			return cfg, err
 		}
 		if emptied(old.Envoy, rules) && !cfg.EnvoyAllowEmptyReload {
@@ -127,7 +135,7 @@ func emptied(running, next *envoy.Rules) bool {
 // stays. Callers hold a.reloading.
 func (a *App) publish(ctx context.Context, cfg config.Config, rules *envoy.Rules) error {
 	old := a.current.Load()
-	snap, err := a.snapshot(cfg, rules)
+	snap, err := a.snapshot(cfg.Live, rules)
 	if err != nil {
 		return err
 	}
@@ -192,17 +200,18 @@ func (a *App) reloadLoop(ctx context.Context) {
 	}
 }
 
-// restartSettings names the fields of config.Config, other than the
-// policies and routes that Reload applies, whose values differ between
-// running and loaded. It compares every field by reflection, so a setting
-// added later is covered without a list to keep up to date. Only names are
-// returned: values may be secrets.
+// restartSettings names the fields of config.Config outside config.Live
+// (what Reload applies) whose values differ between running and loaded. It
+// compares every field by reflection, so a setting added later is covered
+// without a list to keep up to date: config.Live alone says what a reload
+// changes. Only names are returned: values may be secrets.
 func restartSettings(running, loaded config.Config) []string {
 	rv, lv := reflect.ValueOf(running), reflect.ValueOf(loaded)
+	live := reflect.TypeFor[config.Live]()
 	var changed []string
 	for i := range rv.NumField() {
 		f := rv.Type().Field(i)
-		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" || f.Name == "Gateway" {
+		if !f.IsExported() || f.Type == live {
 			continue
 		}
 		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {

@@ -2,10 +2,12 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -132,4 +134,62 @@ func TestRedisEvictionPolicyWarnsAtStart(t *testing.T) {
 		assert.Contains(t, warned[0], "level=WARN")
 		assert.Contains(t, warned[0], "maxmemory_policy="+policy)
 	}
+}
+
+// serveFrom sends a request through h from the peer address remote.
+func serveFrom(h http.Handler, method, target, body, remote string, header map[string]string) *httptest.ResponseRecorder {
+	r := httptest.NewRequest(method, target, strings.NewReader(body))
+	r.RemoteAddr = remote
+	for k, v := range header {
+		r.Header.Set(k, v)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// A reload that added a trusted_proxies range half-applied: X-User-Id from
+// that range went from 400 to 200 while X-Forwarded-For was still judged
+// by the old list, and the log said the setting applies only after a
+// restart. It now applies to neither until a restart, as the warning
+// says; and a setting a reload does apply (ipv6_prefix) is not in that
+// warning.
+func TestReloadAppliesASettingWhollyOrNotAtAll(t *testing.T) {
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 3}\n", "--identity-headers=trusted-proxies", "--ping-key=peer")
+	h := f.app.Handler()
+	check := func() int {
+		return serveFrom(h, http.MethodPost, "/rate/check", `{"endpoint":"/e"}`, "10.1.1.1:1000", map[string]string{"X-User-Id": "42"}).Code
+	}
+	pingKey := func() string {
+		w := serveFrom(h, http.MethodGet, "/ping", "", "10.1.1.1:1000", map[string]string{"X-Forwarded-For": "203.0.113.9"})
+		require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+		return decodeBody(t, w)["key"].(string)
+	}
+	require.Equal(t, http.StatusBadRequest, check(), "10.1.1.1 is no trusted proxy yet")
+	require.Equal(t, "10.1.1.1", pingKey())
+
+	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [10.0.0.0/8]\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	assert.Equal(t, http.StatusBadRequest, check(), "X-User-Id judged by the running list, as X-Forwarded-For is")
+	assert.Equal(t, "10.1.1.1", pingKey())
+	warned := f.logs.matching("apply only after a restart")
+	require.Len(t, warned, 1)
+	assert.Contains(t, warned[0], "TrustedProxies")
+
+	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [10.0.0.0/8]\nipv6_prefix: 48\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	warned = f.logs.matching("apply only after a restart")
+	require.Len(t, warned, 2)
+	assert.NotContains(t, warned[1], "IPv6Prefix", "a reload applies ipv6_prefix")
+	w := serveFrom(h, http.MethodGet, "/ping", "", "[2001:db8:1:2::1]:1000", nil)
+	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
+	assert.Equal(t, "2001:db8:1::/48", decodeBody(t, w)["key"])
+}
+
+// decodeBody parses a JSON answer's object.
+func decodeBody(t *testing.T, w *httptest.ResponseRecorder) map[string]any {
+	t.Helper()
+	var body map[string]any
+	require.NoError(t, json.Unmarshal(w.Body.Bytes(), &body), w.Body.String())
+	return body
 }

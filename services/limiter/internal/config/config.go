@@ -54,9 +54,22 @@ const MinAdminKeyLen = 16
 // per process.
 const HashSecretEnv = "LIMITER_HASH_SECRET"
 
+// AccessLog says which requests get an access-log line.
+type AccessLog string
+
+// The access-log modes.
+const (
+	AccessLogOff      AccessLog = "off"
+	AccessLogRefusals AccessLog = "refusals"
+	AccessLogAll      AccessLog = "all"
+)
+
 // Config is the service's configuration after every source has been applied.
 // A Config returned by Load is valid; it is a plain value, safe to copy.
 type Config struct {
+	// Live holds the settings a reload applies; every other one applies
+	// only after a restart.
+	Live
 	Addr        string // listen address, host:port
 	File        string // YAML file read, empty when none
 	Store       Store
@@ -119,9 +132,6 @@ type Config struct {
 	MaxKeyBytes int
 	// SlidingLogMaxLimit is the largest limit of a sliding_log policy.
 	SlidingLogMaxLimit int
-	// EnvoyAllowEmptyReload lets a reload leave the Envoy folder without
-	// any domain (or an xDS push leave no resource).
-	EnvoyAllowEmptyReload bool
 	// EnvoyXDSServer is the xDS management server (host:port) pushing the
 	// Envoy rules, instead of EnvoyConfig; empty: none.
 	EnvoyXDSServer string
@@ -141,6 +151,8 @@ type Config struct {
 	ShutdownTimeout                                                       time.Duration // how long in-flight requests may take to finish
 	LogLevel                                                              slog.Level
 	LogFormat                                                             string // "text" or "json"
+	// AccessLog says which requests get an INFO line (--access-log).
+	AccessLog AccessLog
 	// OffendersWindow is the interval of GET /admin/offenders: it reports
 	// the keys refused most in the current and the previous interval.
 	OffendersWindow time.Duration
@@ -157,18 +169,10 @@ type Config struct {
 	// (/v1/check, POST /json), /metrics and /admin/*; Addr then serves the
 	// seed routes and health only.
 	InternalAddr string
-	// IdentityHeaders says who may assert an identity by header
-	// (X-Client-Key, X-User-Id): any client, or trusted proxies only.
-	IdentityHeaders identity.Trust
 	// PingKey are /ping's key sources, first that applies wins.
 	PingKey []identity.Source
 	// RateKey are the key sources of /rate/check and /rate/status.
 	RateKey []identity.Source
-	// APIKeysFile holds the SHA-256 digests of the accepted X-Api-Key
-	// values, one per line; re-read on SIGHUP. Empty: none.
-	APIKeysFile string
-	// IPv6Prefix is how many leading bits name one IPv6 client.
-	IPv6Prefix int
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold
 	// MaxConns bounds the open connections of each listener and
@@ -178,13 +182,43 @@ type Config struct {
 	// MemoryRefuseWhenFull makes a full memory store refuse new keys
 	// instead of evicting live ones.
 	MemoryRefuseWhenFull bool
-	// DecisionAPI names the seed routes' policies that /v1/check may
-	// charge anyway (decision_api: true).
-	DecisionAPI map[string]bool
 	// MemoryPolicyMaxKeys gives policies a memory-store bound of their own
 	// (memory_max_keys), apart from --memory-max-keys: another policy's
 	// flood of keys cannot push their state out.
 	MemoryPolicyMaxKeys map[string]int
+	// TLS are the PEM files of every listener's TLS (an empty Cert: plain
+	// TCP); InternalTLS and GRPCTLS override them on one listener. See
+	// ListenerTLS.
+	TLS, InternalTLS, GRPCTLS tlsfiles.Files
+	// DecisionTimeout bounds the time one request's decisions may take,
+	// the wait for a turn at the store included; a request whose decision
+	// could not be sent within it is shed (503 overloaded).
+	DecisionTimeout time.Duration
+}
+
+// Live is what a reload changes: the settings that the configuration
+// snapshot is built from, start and reload alike, and nothing else. It is
+// the one owner of that list: a reload builds its snapshot from a Live
+// alone, and warns that every changed setting outside it applies only
+// after a restart. A setting used anywhere else (a listener, the HTTP
+// engine, the store) must stay out of it, or a reload would half-apply it.
+type Live struct {
+	// EnvoyAllowEmptyReload lets a reload leave the Envoy folder without
+	// any domain (or an xDS push leave no resource).
+	EnvoyAllowEmptyReload bool
+	// IdentityHeaders says who may assert an identity by header
+	// (X-Client-Key, X-User-Id): any client, or trusted proxies only.
+	IdentityHeaders identity.Trust
+	// APIKeysFile holds the SHA-256 digests of the accepted X-Api-Key
+	// values, one per line; re-read on SIGHUP. Empty: none.
+	APIKeysFile string
+	// APIKeysAllowEmpty lets APIKeysFile hold no digest.
+	APIKeysAllowEmpty bool
+	// IPv6Prefix is how many leading bits name one IPv6 client.
+	IPv6Prefix int
+	// DecisionAPI names the seed routes' policies that /v1/check may
+	// charge anyway (decision_api: true).
+	DecisionAPI map[string]bool
 	// Policies by name.
 	Policies map[string]limiter.Policy
 	// Gateway are the rules of /v1/forward-auth, in order (first match
@@ -199,14 +233,6 @@ type Config struct {
 	OnStoreError map[string]StoreErrorMode
 	// NearCache holds the policies' near_cache settings (see NearCacheOf).
 	NearCache map[string]bool
-	// TLS are the PEM files of every listener's TLS (an empty Cert: plain
-	// TCP); InternalTLS and GRPCTLS override them on one listener. See
-	// ListenerTLS.
-	TLS, InternalTLS, GRPCTLS tlsfiles.Files
-	// DecisionTimeout bounds the time one request's decisions may take,
-	// the wait for a turn at the store included; a request whose decision
-	// could not be sent within it is shed (503 overloaded).
-	DecisionTimeout time.Duration
 }
 
 // LogValue describes the configuration for a start-up log line, with the

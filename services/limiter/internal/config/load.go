@@ -162,7 +162,7 @@ var settings = []setting{
 		c.TrustedProxies = list
 		return nil
 	}},
-	{"internal-addr", "", "listen address, host:port, of the decision APIs (/v1/check, POST /json), /metrics and /admin/*; when set, --addr serves only the seed routes and health. Empty: everything on --addr", func(c *Config, v string) error {
+	{"internal-addr", "", "listen address, host:port, of the decision APIs (/v1/check, POST /json), /metrics and every admin route (DELETE /rate/reset, /admin/*); when set, --addr serves only the other seed routes and health. Empty: everything on --addr", func(c *Config, v string) error {
 		if v != "" {
 			if err := checkHostPort(v); err != nil {
 				return err
@@ -195,6 +195,7 @@ var settings = []setting{
 		c.APIKeysFile = v
 		return nil
 	}},
+	{"api-keys-allow-empty", "false", "--api-keys-file may hold no digest (empty, or comments only); without it such a file is refused at start and on reload, since every X-Api-Key would then be refused (401)", boolSetter(func(c *Config) *bool { return &c.APIKeysAllowEmpty })},
 	{"ipv6-prefix", "64", "leading bits of an IPv6 address that name one client (a /64 is one subscriber); 128 keys every address apart", intSetter(1, 128, func(c *Config) *int { return &c.IPv6Prefix })},
 	{"endpoint-fold", "", "foldings of /rate/* endpoints, comma-separated, beyond Unicode NFC (always): space, query, percent, slashes, trailing_slash, case, or all. Empty: none", func(c *Config, v string) error {
 		f, err := canon.ParseFold(splitList(v))
@@ -243,6 +244,14 @@ var settings = []setting{
 			return fmt.Errorf("%q is not one of debug, info, warn, error", v)
 		}
 		return nil
+	}},
+	{"access-log", "off", "which requests get an INFO line: off (none; errors and state changes are always logged), refusals (each 429, at most one line per client key a second, carrying how many were folded into it) or all (one per request)", func(c *Config, v string) error {
+		switch AccessLog(v) {
+		case AccessLogOff, AccessLogRefusals, AccessLogAll:
+			c.AccessLog = AccessLog(v)
+			return nil
+		}
+		return fmt.Errorf("%q is not off, refusals or all", v)
 	}},
 	{"log-format", "text", "text or json", func(c *Config, v string) error {
 		if v != "text" && v != "json" {
@@ -363,7 +372,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	from := map[string]source{} // setting name -> the source of its value
 
-	c := Config{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}
+	c := Config{Live: Live{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}}
 	for _, s := range settings {
 		if err := s.set(&c, s.def); err != nil {
 			return Config{}, fmt.Errorf("config: default of --%s: %w", s.name, err)

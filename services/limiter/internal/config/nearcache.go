@@ -14,7 +14,7 @@ import (
 // outlive the outage), else the policy's near_cache setting, else on for
 // the algorithms whose refusals change no state (all but fixed_window,
 // which counts refused attempts too).
-func (c Config) NearCacheOf(p limiter.Policy) bool {
+func (c Live) NearCacheOf(p limiter.Policy) bool {
 	if c.StoreErrorModeOf(p.Name) == Local {
 		return false
 	}

@@ -23,7 +23,7 @@ const (
 
 // StoreErrorModeOf returns the mode of the named policy: the one the
 // configuration sets, else FailClosed.
-func (c Config) StoreErrorModeOf(policy string) StoreErrorMode {
+func (c Live) StoreErrorModeOf(policy string) StoreErrorMode {
 	if m, ok := c.OnStoreError[policy]; ok {
 		return m
 	}

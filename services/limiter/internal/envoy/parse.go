@@ -23,7 +23,15 @@ import (
 // LoadDir reads every *.yaml and *.yml file directly in dir (not in
 // subfolders; dot files skipped), in name order. Any problem is a
 // *ConfigError naming the file and the field.
-func LoadDir(dir string, o Options) (*Rules, error) {
+func LoadDir(dir string, o Options) (*Rules, error) { return loadDir(dir, o, false) }
+
+// LoadWholeDir is LoadDir for a folder whose files may be being written
+// (a change seen by a folder watch): it also refuses a file that is empty
+// or does not end with a newline, as one cut short by its writer is, so
+// that half a file is never taken for the whole.
+func LoadWholeDir(dir string, o Options) (*Rules, error) { return loadDir(dir, o, true) }
+
+func loadDir(dir string, o Options, whole bool) (*Rules, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, &ConfigError{File: dir, Reason: "cannot read the folder: " + errReason(err)}
@@ -39,6 +47,9 @@ func LoadDir(dir string, o Options) (*Rules, error) {
 		data, err := readFile(path)
 		if err != nil {
 			return nil, err
+		}
+		if whole && (len(data) == 0 || data[len(data)-1] != '\n') {
+			return nil, &ConfigError{File: path, Reason: "empty or not ending in a newline: it may be half-written; the running rules stay until it is whole (SIGHUP applies it as it is)"}
 		}
 		if err := r.Add(path, data); err != nil {
 			return nil, err

@@ -15,10 +15,13 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
-// adminGuard throttles failed admin attempts per client: a fixed window of
-// a minute in a small memory store of its own, so that guessing the admin
-// key costs a minute per few guesses instead of running at thousands a
-// second.
+// adminGuard throttles wrong admin keys per client: a fixed window of a
+// minute in a small memory store of its own. Only wrong keys are counted
+// and throttled: a valid key always passes, so others guessing from an
+// address the operator shares (a NAT, a proxy) cannot lock the operator
+// out. The throttle bounds the work and the log lines of a guessing
+// client; the key's length (config.MinAdminKeyLen) is what makes guessing
+// hopeless.
 type adminGuard struct {
 	store  *memstore.Store
 	policy limiter.Policy
@@ -36,23 +39,18 @@ func newAdminGuard(perMinute int64) (*adminGuard, error) {
 	return &adminGuard{store: memstore.New(memstore.WithMaxKeys(adminGuardKeys)), policy: p}, nil
 }
 
-// blocked returns the 429 problem when client has used up its failed
-// attempts for the current minute.
-func (g *adminGuard) blocked(ctx context.Context, client string, now time.Time) *problem {
-	d, err := g.store.Peek(ctx, g.policy, limiter.Key{Subject: client}, now)
-	if err != nil || d.Remaining > 0 {
+// failed counts one wrong key of client at now and returns the 429
+// problem when client has sent more than the policy's limit this minute.
+func (g *adminGuard) failed(ctx context.Context, client string, now time.Time) *problem {
+	d, err := g.store.Allow(ctx, g.policy, limiter.Request{Key: limiter.Key{Subject: client}, Cost: 1, Now: now})
+	if err != nil || d.Allowed { // the memory store fails only once closed
 		return nil
 	}
 	return &problem{
 		status:     http.StatusTooManyRequests,
-		detail:     "too many failed admin attempts from this client; retry later",
-		retryAfter: strconv.FormatInt(httplimit.RetryAfterSeconds(d.ResetAfter), 10),
+		detail:     "too many wrong admin keys from this client; retry later",
+		retryAfter: strconv.FormatInt(httplimit.RetryAfterSeconds(d.RetryAfter), 10),
 	}
-}
-
-// failed counts one failed attempt of client at now.
-func (g *adminGuard) failed(ctx context.Context, client string, now time.Time) {
-	_, _ = g.store.Allow(ctx, g.policy, limiter.Request{Key: limiter.Key{Subject: client}, Cost: 1, Now: now}) // the memory store fails only once closed
 }
 
 // adminClient names the client of an admin attempt: its key under the

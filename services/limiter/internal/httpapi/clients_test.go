@@ -6,12 +6,17 @@ package httpapi_test
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 // X-Client-Key: 192.0.2.9 four times used to lock 192.0.2.9 out of /ping
@@ -85,7 +90,7 @@ func TestHeadWhereverGetIsServed(t *testing.T) {
 // The access log's client hash was an unkeyed truncated SHA-256: an IPv4
 // address is reversed by trying all 2^32.
 func TestLoggedClientHashIsKeyed(t *testing.T) {
-	s := newServer(t, openMemory(t))
+	s := newServer(t, openMemory(t), func(o *options) { o.AccessLog = httpapi.AccessLogAll })
 	require.Equal(t, http.StatusOK, s.do(req{method: http.MethodGet, target: "/ping", remote: "192.0.2.44:1"}).Code)
 	logs := s.logs.String()
 	require.Contains(t, logs, "client=")
@@ -105,10 +110,47 @@ func TestFailedAdminAttemptsAreThrottledAndLogged(t *testing.T) {
 		statuses[w.Code]++
 	}
 	assert.Equal(t, map[int]int{http.StatusForbidden: 20, http.StatusTooManyRequests: 5}, statuses)
-	w := s.do(req{method: http.MethodDelete, target: "/rate/reset/1", remote: "192.0.2.66:1", header: map[string]string{"X-Admin-Key": adminKey}})
+	w := s.do(req{method: http.MethodGet, target: "/admin/offenders", remote: "192.0.2.66:1", header: map[string]string{"X-Admin-Key": "wrong-key-guess-0001"}})
 	assertProblem(t, w, http.StatusTooManyRequests, "rate-limit-exceeded")
 	assert.NotEmpty(t, w.Header().Get("Retry-After"))
-	w = s.do(req{method: http.MethodDelete, target: "/rate/reset/1", remote: "192.0.2.67:1", header: map[string]string{"X-Admin-Key": adminKey}})
-	assert.Equal(t, http.StatusOK, w.Code, "another client is not throttled")
-	assert.Equal(t, 20, strings.Count(s.logs.String(), "admin key refused"))
+	w = s.do(req{method: http.MethodDelete, target: "/rate/reset/1", remote: "192.0.2.67:1", header: map[string]string{"X-Admin-Key": "wrong-key-guess-0002"}})
+	assert.Equal(t, http.StatusForbidden, w.Code, "another client is not throttled")
+	assert.Equal(t, 21, strings.Count(s.logs.String(), "admin key refused"), "each counted wrong key, none of the throttled ones")
+}
+
+// 20 wrong keys a minute from an address the operator shared (a NAT, a
+// proxy) made the right key answer 429: others' guesses locked the admin
+// out. A valid key now always passes; wrong keys sent at once with it from
+// that address are throttled exactly.
+func TestValidAdminKeyPassesWhileItsAddressIsThrottled(t *testing.T) {
+	s := newServer(t, openMemory(t))
+	const guesses, admins = 100, 30
+	var wg sync.WaitGroup
+	type answer struct {
+		admin  bool
+		status int
+	}
+	answers := make(chan answer, guesses+admins)
+	for i := range guesses + admins {
+		wg.Go(func() {
+			key := fmt.Sprintf("wrong-key-guess-%04d", i)
+			if i < admins {
+				key = adminKey
+			}
+			w := s.do(req{method: http.MethodDelete, target: "/rate/reset/" + strconv.Itoa(i+1), remote: "192.0.2.66:1", header: map[string]string{"X-Admin-Key": key}})
+			answers <- answer{i < admins, w.Code}
+		})
+	}
+	wg.Wait()
+	close(answers)
+	got := map[answer]int{}
+	for a := range answers {
+		got[a]++
+	}
+	assert.Equal(t, map[answer]int{{true, http.StatusOK}: admins, {false, http.StatusForbidden}: 20, {false, http.StatusTooManyRequests}: guesses - 20}, got,
+		"every valid key passes; exactly 20 wrong ones are compared and refused, the rest throttled")
+	w := s.do(req{method: http.MethodDelete, target: "/rate/reset/1", remote: "192.0.2.66:1", header: map[string]string{"X-Admin-Key": "wrong-key-guess-9999"}})
+	assertProblem(t, w, http.StatusTooManyRequests, "rate-limit-exceeded")
+	w = s.do(req{method: http.MethodDelete, target: "/rate/reset/1", remote: "192.0.2.66:1"})
+	assertProblem(t, w, http.StatusForbidden, "forbidden")
 }

@@ -293,32 +293,32 @@ func adminDigest(key string) [32]byte { return sha256.Sum256([]byte(key)) }
 
 // admin compares X-Admin-Key with the configured key in constant time, on
 // SHA-256 digests so that the length does not leak either: 403 unless they
-// match. Without a configured key nobody is admin (fail-closed). A client
-// that sent too many wrong keys this minute gets 429 without a comparison;
-// each wrong key is logged.
+// match. Without a configured key nobody is admin (fail-closed). A valid
+// key always passes; a wrong one is counted against its client, logged,
+// and answered 429 instead of 403 once the client has sent too many this
+// minute (no log line then: the throttle bounds them).
 func (h *handler) admin(c *gin.Context, s *snapshot.Snapshot) *problem {
 	denied := fail(http.StatusForbidden, "a valid X-Admin-Key is required")
 	if h.adminKey == nil {
 		return denied
-	}
-	ctx, now, client := c.Request.Context(), s.Decider.Now(), adminClient(c, s)
-	if p := h.guard.blocked(ctx, client, now); p != nil {
-		return p
 	}
 	given, err := singleHeader(c, "X-Admin-Key")
 	if err != nil || given == "" {
 		return denied // no key is no guess
 	}
 	sum := adminDigest(given)
-	if subtle.ConstantTimeCompare(sum[:], h.adminKey[:]) != 1 {
-		h.guard.failed(ctx, client, now)
-		h.log.LogAttrs(ctx, slog.LevelWarn, "admin key refused",
-			slog.String("request_id", requestIDOf(c)),
-			slog.String("route", c.FullPath()),
-			slog.String("client", h.hash(s, "peer:"+client)))
-		return denied
+	if subtle.ConstantTimeCompare(sum[:], h.adminKey[:]) == 1 {
+		return nil
 	}
-	return nil
+	ctx, client := c.Request.Context(), adminClient(c, s)
+	if p := h.guard.failed(ctx, client, s.Decider.Now()); p != nil {
+		return p
+	}
+	h.log.LogAttrs(ctx, slog.LevelWarn, "admin key refused",
+		slog.String("request_id", requestIDOf(c)),
+		slog.String("route", c.FullPath()),
+		slog.String("client", h.hash(s, "peer:"+client)))
+	return denied
 }
 
 func (h *handler) handleReset(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {

@@ -27,11 +27,16 @@ type Options struct {
 	// once and is served on what it returns. POST /json is served when the
 	// first snapshot has Envoy rules.
 	Snapshot func() *snapshot.Snapshot
-	// AdminKey guards DELETE /rate/reset and GET /admin/offenders; empty
-	// means always 403.
+	// AdminKey guards DELETE /rate/reset and GET /admin/offenders, which
+	// are served where the decision APIs are (see Listener); empty means
+	// always 403.
 	AdminKey string
-	// Logger receives one line per request; nil discards.
+	// Logger receives errors, state changes and the access log; nil
+	// discards.
 	Logger *slog.Logger
+	// AccessLog says which requests get a line at INFO: none (the
+	// default), refusals (429) sampled per key, or all.
+	AccessLog AccessLog
 	// Registry receives tollgate_http_requests_total and is served on
 	// /metrics.
 	Registry *prometheus.Registry
@@ -50,11 +55,26 @@ type Options struct {
 	RateSources []identity.Source
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold
-	// AdminFailures bounds the failed admin attempts of one client per
-	// minute; over it admin routes answer 429 without comparing the key.
-	// 0 means DefaultAdminFailures.
+	// AdminFailures bounds the wrong admin keys of one client per minute;
+	// over it a wrong key is answered 429, a valid one still passes. 0
+	// means DefaultAdminFailures.
 	AdminFailures int64
 }
+
+// AccessLog says which requests the access log writes a line for.
+type AccessLog uint8
+
+const (
+	// AccessLogOff writes no line per request: errors and state changes
+	// are logged apart.
+	AccessLogOff AccessLog = iota
+	// AccessLogRefusals writes a line per 429, at most one per client key
+	// a second; that line counts the refusals of the key folded since the
+	// key's previous line.
+	AccessLogRefusals
+	// AccessLogAll writes a line per request.
+	AccessLogAll
+)
 
 // Listener names the set of routes an engine serves.
 type Listener uint8
@@ -62,16 +82,19 @@ type Listener uint8
 const (
 	// AllRoutes serves every route on one listener.
 	AllRoutes Listener = iota
-	// PublicRoutes serves the seed routes and health only: what clients
-	// reach when the decision APIs are on an internal listener.
+	// PublicRoutes serves the seed routes (but DELETE /rate/reset) and
+	// health: what clients reach when the decision APIs are on an internal
+	// listener.
 	PublicRoutes
-	// InternalRoutes serves /v1/check, /v1/forward-auth, POST /json, /metrics, /admin/* and
-	// health: for trusted callers (gateways, operators, Prometheus).
+	// InternalRoutes serves /v1/check, /v1/forward-auth, POST /json, /metrics, every admin
+	// route (DELETE /rate/reset, /admin/*) and health: for trusted callers
+	// (gateways, operators, Prometheus). Being the only engine with admin
+	// routes, it holds the process's one admin throttle.
 	InternalRoutes
 )
 
-// DefaultAdminFailures is how many failed admin attempts per minute one
-// client may make before admin routes answer it 429.
+// DefaultAdminFailures is how many wrong admin keys per minute one client
+// may send before the next ones are answered 429.
 const DefaultAdminFailures = 20
 
 // handler holds what the handlers share. It is immutable after New.
@@ -88,6 +111,9 @@ type handler struct {
 	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
 	// storeErrors samples the store-error log lines.
 	storeErrors *sampler
+	access      AccessLog
+	// refusals samples the access log's refusal lines, per client key.
+	refusals *keySampler
 }
 
 // New returns the service's Gin engine. The engine is safe for concurrent
@@ -97,7 +123,7 @@ func New(o Options) (*gin.Engine, error) {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
 	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, rateSources: o.RateSources, fold: o.EndpointFold,
-		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now)}
+		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now), access: o.AccessLog, refusals: newKeySampler(refusalKeys)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)
 	}
@@ -111,8 +137,10 @@ func New(o Options) (*gin.Engine, error) {
 		o.AdminFailures = DefaultAdminFailures
 	}
 	var err error
-	if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
-		return nil, err
+	if o.Listener != PublicRoutes {
+		if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
+			return nil, err
+		}
 	}
 	if h.hasher, err = offenders.NewHasher(""); err != nil {
 		return nil, fmt.Errorf("httpapi: %w", err)
@@ -163,9 +191,9 @@ func New(o Options) (*gin.Engine, error) {
 		get("/status", h.serve(h.handleStatus))
 		e.POST("/rate/check", h.serve(h.handleCheck))
 		get("/rate/status", h.serve(h.handleRateStatus))
-		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
 	}
 	if o.Listener != PublicRoutes {
+		e.DELETE("/rate/reset/:userId", h.serve(h.handleReset))
 		e.POST("/v1/check", h.serve(h.handleV1Check))
 		for _, m := range forwardAuthMethods {
 			e.Handle(m, ForwardAuthPath, h.serve(h.handleForwardAuth))

@@ -64,14 +64,15 @@ func requestIDOf(c *gin.Context) string {
 // setClient records the client's key for the access log line; nothing when
 // that line is not written.
 func (h *handler) setClient(c *gin.Context, key string) {
-	if h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
+	if h.access != AccessLogOff && h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
 		c.Set(ctxClient, key)
 	}
 }
 
-// observe writes one access-log line and counts the request, after the rest
-// of the chain has run. It logs the route template, never the raw path (which
-// may hold a user id), nor any header.
+// observe counts the request and writes its access-log line when the
+// access log asks for one, after the rest of the chain has run. It logs
+// the route template, never the raw path (which may hold a user id), nor
+// any header.
 func (h *handler) observe(c *gin.Context) {
 	start := time.Now()
 	c.Next()
@@ -81,10 +82,19 @@ func (h *handler) observe(c *gin.Context) {
 		route = "unmatched"
 	}
 	h.requests.WithLabelValues(route, codeClass(status)).Inc()
-	if !h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
-		return // no access log: skip building the line
+	if h.access == AccessLogOff || h.access == AccessLogRefusals && status != http.StatusTooManyRequests ||
+		!h.log.Enabled(c.Request.Context(), slog.LevelInfo) {
+		return // no line for this request: skip building it
 	}
-	attrs := make([]slog.Attr, 0, 6)
+	client := c.GetString(ctxClient)
+	folded := -1
+	if h.access == AccessLogRefusals {
+		var ok bool
+		if ok, folded = h.refusals.take(route+" "+client, h.current().Decider.Now()); !ok {
+			return
+		}
+	}
+	attrs := make([]slog.Attr, 0, 7)
 	attrs = append(attrs,
 		slog.String("method", c.Request.Method),
 		slog.String("route", route),
@@ -92,8 +102,11 @@ func (h *handler) observe(c *gin.Context) {
 		slog.Duration("latency", time.Since(start)),
 		slog.String("request_id", requestIDOf(c)),
 	)
-	if k := c.GetString(ctxClient); k != "" {
-		attrs = append(attrs, slog.String("client", h.hash(h.current(), k)))
+	if client != "" {
+		attrs = append(attrs, slog.String("client", h.hash(h.current(), client)))
+	}
+	if folded >= 0 {
+		attrs = append(attrs, slog.Int("folded", folded))
 	}
 	h.log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
 }

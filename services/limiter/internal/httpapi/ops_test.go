@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
@@ -136,7 +137,7 @@ func TestRequestID(t *testing.T) {
 }
 
 func TestAccessLog(t *testing.T) {
-	s := newServer(t, openMemory(t))
+	s := newServer(t, openMemory(t), func(o *options) { o.AccessLog = httpapi.AccessLogAll })
 	s.ping("client-secret-key")
 	s.check("77", "/a")
 	s.do(req{method: http.MethodDelete, target: "/rate/reset/77", header: map[string]string{"X-Admin-Key": adminKey}})

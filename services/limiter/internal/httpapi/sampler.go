@@ -49,3 +49,49 @@ func (s *sampler) take() (ok bool, dropped int) {
 	dropped, s.dropped = s.dropped, 0
 	return true, dropped
 }
+
+// refusalKeys bounds the keys the refusal sampler remembers; when it is
+// full, it forgets them all (their folded counts with them) and starts
+// again, so that a flood of distinct keys cannot grow it.
+const refusalKeys = 100_000
+
+// keySampler passes the first event of each key in each second (Unix
+// seconds of the time given) and counts the others, which the key's next
+// passed event reports. It is safe for concurrent use.
+type keySampler struct {
+	max  int
+	mu   sync.Mutex
+	keys map[string]*keySample
+}
+
+type keySample struct {
+	second int64 // of the last event passed
+	folded int   // events dropped since
+}
+
+func newKeySampler(max int) *keySampler {
+	return &keySampler{max: max, keys: map[string]*keySample{}}
+}
+
+// take reports whether an event of key at now may be logged and, when it
+// may, how many of key's were dropped before it.
+func (s *keySampler) take(key string, now time.Time) (ok bool, folded int) {
+	sec := now.Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.keys[key]
+	if k == nil {
+		if len(s.keys) >= s.max {
+			clear(s.keys)
+		}
+		s.keys[key] = &keySample{second: sec}
+		return true, 0
+	}
+	if k.second == sec {
+		k.folded++
+		return false, 0
+	}
+	k.second = sec
+	folded, k.folded = k.folded, 0
+	return true, folded
+}
