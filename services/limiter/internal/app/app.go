@@ -29,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
@@ -53,6 +54,7 @@ type App struct {
 	internal *gin.Engine      // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
+	registry *prometheus.Registry // what /metrics serves
 
 	// current is the configuration in force: every request, the pruning
 	// job and the gRPC server read it, Reload alone replaces it.
@@ -148,6 +150,7 @@ func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
 // engine. rules are the Envoy rules; nil when no Envoy API is asked for.
 func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	reg := prometheus.NewRegistry()
+	a.registry = reg
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
 		Help: "Expired windows and events deleted by the pruning job.",
@@ -457,6 +460,7 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, ma
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ConnState:         connlimit.TrackState,
 		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
 	}
 	if main {
@@ -512,14 +516,14 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 	for _, addr := range addrs {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			for _, open := range lns {
-				open.Close()
-			}
-			return fmt.Errorf("app: %w", err)
+			return errors.Join(fmt.Errorf("app: %w", err), closeAll(lns))
 		}
 		lns = append(lns, ln)
 	}
-	lns = bound(cfg, lns...)
+	lns = a.bound(lns...)
+	if err := a.registry.Register(connCollector{names: names, lns: lns}); err != nil {
+		return errors.Join(fmt.Errorf("app: register metrics: %w", err), closeAll(lns))
+	}
 	perListener, perClient := connBounds(cfg, len(lns))
 	attrs := []any{}
 	for i, ln := range lns {

@@ -159,10 +159,12 @@ type Request struct {
 
 // trusts reports whether r's identity headers are believed.
 func (rs *Resolver) trusts(r Request) bool {
-	if rs.Trust == HeadersFromAny {
-		return true
-	}
-	peer := r.Peer.Unmap()
+	return rs.Trust == HeadersFromAny || rs.TrustedProxy(r.Peer)
+}
+
+// TrustedProxy reports whether peer is in TrustedProxies.
+func (rs *Resolver) TrustedProxy(peer netip.Addr) bool {
+	peer = peer.Unmap()
 	for _, p := range rs.TrustedProxies {
 		if p.Contains(peer) {
 			return true
