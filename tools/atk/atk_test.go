@@ -147,7 +147,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -183,7 +183,7 @@ var variants = []struct {
 	{"endpoint length not validated", flaws{noLengthCheck: true}, []string{"ATK-03"}},
 	{"rejects 128-character endpoints", flaws{strictLength: true}, []string{"ATK-03", "ATK-35"}},
 	{"empty endpoint accepted", flaws{noEndpointCheck: true}, []string{"ATK-02", "ATK-10", "ATK-12", "ATK-22"}},
-	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35", "ATK-37")},
+	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35", "ATK-37", "ATK-40")},
 	{"anonymous user without X-User-Id", flaws{anonymousUser: true}, []string{"ATK-01"}},
 	{"ParseInt base 0 for user ids", flaws{lenientUserID: true}, []string{"ATK-14", "ATK-15"}},
 	{"PHP-style saturating user ids", flaws{phpUserID: true}, []string{"ATK-08", "ATK-13", "ATK-17"}},
@@ -203,6 +203,7 @@ var variants = []struct {
 	{"/v1/check charges seed policies", flaws{v1SeedPolicies: true}, []string{"ATK-38"}},
 	{"believes X-Client-Key from anyone", flaws{trustClientKey: true}, []string{"ATK-36"}},
 	{"decision APIs on the public listener", flaws{decisionAPIsPublic: true}, []string{"ATK-39"}},
+	{"a quarter of the connections per client", flaws{quarterPerClient: true}, []string{"ATK-40"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.

@@ -166,7 +166,7 @@ var settings = []setting{
 		c.EndpointFold = f
 		return err
 	}},
-	{"max-conns", "0", "most open connections of each listener; over it a new connection is closed at once. 0: a share of the descriptor limit (RLIMIT_NOFILE)", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConns })},
+	{"max-conns", "0", "most open connections of each listener; over it an idle connection is closed to make room for a new one, or else the new one is closed at once. 0: a share of the descriptor limit (RLIMIT_NOFILE)", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConns })},
 	{"max-conns-per-client", "0", "most open connections of one client address (IPv6: its --ipv6-prefix) on each listener; addresses in --trusted-proxies are bounded by --max-conns only. 0: a sixteenth of --max-conns", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConnsPerClient })},
 	{"memory-refuse-when-full", "false", "store memory: when full, refuse new keys (429) instead of evicting keys whose state still matters (fail closed when full)", boolSetter(func(c *Config) *bool { return &c.MemoryRefuseWhenFull })},
 	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
