@@ -178,7 +178,7 @@ var settings = []setting{
 	{"envoy-allow-empty-reload", "false", "a reload (SIGHUP) may leave --envoy-config without any domain; without it such a reload is refused, since every descriptor would then be answered OK with no limit", boolSetter(func(c *Config) *bool { return &c.EnvoyAllowEmptyReload })},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
-	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
+	{"read-timeout", "10s", "time allowed to read a whole request; also the most a gRPC call may last (but Health/Watch), so that one whose request never arrives ends", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
 	{"write-timeout", "10s", "time allowed to write a response", durationSetter(func(c *Config) *time.Duration { return &c.WriteTimeout })},
 	{"idle-timeout", "60s", "how long an idle keep-alive connection stays open", durationSetter(func(c *Config) *time.Duration { return &c.IdleTimeout })},
 	{"shutdown-timeout", "15s", "on SIGINT/SIGTERM, how long in-flight requests may take to finish", durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
