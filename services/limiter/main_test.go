@@ -60,7 +60,7 @@ func TestHelpListsEveryFlag(t *testing.T) {
 	for _, flag := range []string{"--addr", "--config", "--store", "--sqlite-path", "--redis-url", "--grpc-addr",
 		"--envoy-config", "--trusted-proxies", "--prune-interval", "--memory-max-keys", "--max-header-bytes",
 		"--read-header-timeout", "--read-timeout", "--write-timeout", "--idle-timeout", "--shutdown-timeout",
-		"--log-level", "--log-format", "LIMITER_ADMIN_KEY"} {
+		"--log-level", "--log-format", "--tls-cert", "--tls-key", "--tls-client-ca", "--grpc-tls-cert", "--internal-tls-client-ca", "LIMITER_ADMIN_KEY"} {
 		assert.Contains(t, out.String(), flag)
 	}
 	assert.Empty(t, errOut.String())
@@ -79,6 +79,10 @@ func TestExitCodes(t *testing.T) {
 			`limiter: config: LIMITER_PRUNE_INTERVAL: "0" is not a positive duration such as 500ms, 10s or 1m`},
 		{"envoy config not a folder", []string{"--envoy-config=/nonexistent/ratelimit"}, nil, 2,
 			`limiter: config: --envoy-config: "/nonexistent/ratelimit" is not a folder`},
+		{"tls certificate without its key", nil, map[string]string{"LIMITER_TLS_CERT": "/etc/tollgate/cert.pem"}, 2,
+			`limiter: config: LIMITER_TLS_KEY: must be set with LIMITER_TLS_CERT`},
+		{"tls certificate unreadable", []string{"--tls-cert=/nonexistent/cert.pem", "--tls-key=/nonexistent/key.pem"}, nil, 2,
+			`limiter: config: --tls-cert: "/nonexistent/cert.pem" cannot be read: no such file or directory`},
 		{"runtime failure", []string{"--store=memory", "--addr=256.0.0.1:1"}, nil, 1, ""},
 	}
 	for _, tt := range tests {

@@ -50,7 +50,7 @@ func Example() {
 }
 
 // A server that allows each client address 100 requests a minute. The
-// README's "Use it in your Go server" is this program, with
+// docs/library.md's "Use it in your Go server" is this program, with
 // http.ListenAndServe where the example sends one request.
 func Example_server() {
 	api := limiter.Policy{Name: "api", Algorithm: limiter.SlidingWindow, Limit: 100, Window: time.Minute}

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -35,6 +36,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
 // probeTimeout bounds the start-up check that the store can decide.
@@ -55,6 +57,10 @@ type App struct {
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 	registry *prometheus.Registry // what /metrics serves
+
+	// The TLS of the public, internal and gRPC listeners; nil: plain TCP.
+	publicTLS, internalTLS, grpcTLS *tlsfiles.Reloader
+	handshakeErrors                 *prometheus.CounterVec // tollgate_tls_handshake_errors_total
 
 	// current is the configuration in force: every request, the pruning
 	// job and the gRPC server read it, Reload alone replaces it.
@@ -109,6 +115,9 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := a.loadTLS(); err != nil {
+		return nil, err
+	}
 
 	_, systemClock := a.clock.(limiter.SystemClock)
 	if a.clockOffset != 0 {
@@ -142,7 +151,7 @@ func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
 	case err != nil:
 		a.log.Debug("redis maxmemory-policy unknown", "error", err)
 	case evicts:
-		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (README, Operating safely)", "maxmemory_policy", policy)
+		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (docs/operating.md, Memory (Redis))", "maxmemory_policy", policy)
 	}
 }
 
@@ -160,8 +169,9 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		Help: "Runs of the pruning job that failed.",
 	})
 	a.reloads = newReloadsCounter()
+	a.handshakeErrors = newHandshakeErrors(a.publicTLS, a.internalTLS, a.grpcTLS)
 	for _, c := range append([]prometheus.Collector{
-		a.pruned, a.pruneErr, a.reloads,
+		a.pruned, a.pruneErr, a.reloads, a.handshakeErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	}, storeCollectors(a.store, a.log)...) {
@@ -269,6 +279,7 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		Identity:    ids,
 		DecisionAPI: decisionAPI(cfg),
 		Budget:      decisionBudget(a.cfg),
+		Gateway:     cfg.Gateway,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -422,10 +433,11 @@ func (a *App) pruneLoop(ctx context.Context, interval time.Duration) {
 	}
 }
 
-// Serve answers HTTP on ln and runs the pruning job until ctx is done, then
-// shuts down gracefully: the listener closes, in-flight requests get up to
-// the configured shutdown timeout to finish, the pruning job stops. It does
-// not close the store (Close does). It returns nil after a clean shutdown.
+// Serve answers HTTP (HTTPS with --tls-cert) on ln and runs the pruning job
+// until ctx is done, then shuts down gracefully: the listener closes,
+// in-flight requests get up to the configured shutdown timeout to finish,
+// the pruning job stops. It does not close the store (Close does). It
+// returns nil after a clean shutdown.
 func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	pruneCtx, stopPrune := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
@@ -436,7 +448,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 		stopPrune()
 		wg.Wait()
 	}()
-	return a.serveHTTP(ctx, ln, a.engine, true)
+	return a.serveHTTP(ctx, ln, a.engine, a.publicTLS, true)
 }
 
 // ServeInternal answers the internal listener's routes on ln until ctx is
@@ -446,13 +458,22 @@ func (a *App) ServeInternal(ctx context.Context, ln net.Listener) error {
 	if a.internal == nil {
 		return errors.Join(errors.New("app: no internal listener: set --internal-addr"), ln.Close())
 	}
-	return a.serveHTTP(ctx, ln, a.internal, false)
+	return a.serveHTTP(ctx, ln, a.internal, a.internalTLS, false)
 }
 
 // serveHTTP serves h on ln with the configured timeouts until ctx is done,
-// then shuts down gracefully; main marks the server whose shutdown starts
-// the draining (readiness 503).
-func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, main bool) error {
+// then shuts down gracefully; with tlsFiles (not nil) it serves HTTPS,
+// HTTP/2 included; main marks the server whose shutdown starts the
+// draining (readiness 503).
+func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tlsFiles *tlsfiles.Reloader, main bool) error {
+	errLog := httpErrorLog{log: a.log}
+	if tlsFiles != nil {
+		listener := listenerInternal
+		if main {
+			listener = listenerPublic
+		}
+		errLog.handshakeErrors = a.handshakeErrors.WithLabelValues(listener)
+	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: a.cfg.ReadHeaderTimeout,
@@ -461,14 +482,21 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, ma
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
 		ConnState:         connlimit.TrackState,
-		ErrorLog:          slog.NewLogLogger(a.log.Handler(), slog.LevelWarn),
+		ErrorLog:          log.New(errLog, "", 0),
 	}
 	if main {
 		srv.RegisterOnShutdown(func() { a.stopOnce.Do(func() { close(a.stopping) }) })
 	}
 
+	serve := srv.Serve
+	if tlsFiles != nil {
+		// http.Server bounds a handshake by the shortest of the read-header,
+		// read and write timeouts.
+		srv.TLSConfig = tlsFiles.Config()
+		serve = func(ln net.Listener) error { return srv.ServeTLS(ln, "", "") }
+	}
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- serve(ln) }()
 	select {
 	case err := <-served:
 		return fmt.Errorf("app: serve: %w", err)
@@ -504,13 +532,13 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		return err
 	}
 	defer func() { err = errors.Join(err, a.Close()) }()
-	names, addrs := []string{"addr"}, []string{cfg.Addr}
+	names, addrs := []string{listenerPublic}, []string{cfg.Addr}
 	serve := []func(context.Context, net.Listener) error{a.Serve}
 	if cfg.InternalAddr != "" {
-		names, addrs, serve = append(names, "internal_addr"), append(addrs, cfg.InternalAddr), append(serve, a.ServeInternal)
+		names, addrs, serve = append(names, listenerInternal), append(addrs, cfg.InternalAddr), append(serve, a.ServeInternal)
 	}
 	if cfg.GRPCAddr != "" {
-		names, addrs, serve = append(names, "grpc_addr"), append(addrs, cfg.GRPCAddr), append(serve, a.ServeGRPC)
+		names, addrs, serve = append(names, listenerGRPC), append(addrs, cfg.GRPCAddr), append(serve, a.ServeGRPC)
 	}
 	var lns []net.Listener
 	for _, addr := range addrs {

@@ -643,7 +643,7 @@ func TestDropInLimitHeaders(t *testing.T) {
 		fields(d.ask(t, req("two", []string{"wide", "j"}))), "whole seconds, rounded up")
 }
 
-// The README's deliberate differences that an answer shows, as documented.
+// docs/envoy.md's deliberate differences that an answer shows, as documented.
 func TestDropInDeliberateDifferences(t *testing.T) {
 	dir := envoyFolder(t, map[string]string{"d.yaml": `domain: d
 descriptors:

@@ -8,6 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
@@ -61,15 +64,20 @@ func envoyClash(rules *envoy.Rules, cfg config.Config) error {
 	return nil
 }
 
-// ServeGRPC answers Envoy's rate-limit API (and grpc.health.v1) on ln until
-// ctx is done, then stops gracefully: health turns NOT_SERVING, calls in
-// flight get up to the shutdown timeout to finish, then are cut. It returns
-// nil after a clean stop.
+// ServeGRPC answers Envoy's rate-limit API (and grpc.health.v1) on ln, over
+// TLS when the gRPC listener has a certificate, until ctx is done, then
+// stops gracefully: health turns NOT_SERVING, calls in flight get up to the
+// shutdown timeout to finish, then are cut. It returns nil after a clean
+// stop.
 func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
-	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, grpcOptions(a.cfg)...)
+	opts := grpcOptions(a.cfg)
+	if a.grpcTLS != nil {
+		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
+	}
+	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {

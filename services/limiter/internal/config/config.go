@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
 // Store names a storage backend.
@@ -174,6 +176,9 @@ type Config struct {
 	MemoryPolicyMaxKeys map[string]int
 	// Policies by name.
 	Policies map[string]limiter.Policy
+	// Gateway are the rules of /v1/forward-auth, in order (first match
+	// wins), validated by gateway.New; empty: every request passes.
+	Gateway []gateway.Rule
 	// RoutePolicies maps each of Routes to the names of its policies, in
 	// evaluation order; every name is a key of Policies.
 	RoutePolicies map[string][]string
@@ -183,6 +188,10 @@ type Config struct {
 	OnStoreError map[string]StoreErrorMode
 	// NearCache holds the policies' near_cache settings (see NearCacheOf).
 	NearCache map[string]bool
+	// TLS are the PEM files of every listener's TLS (an empty Cert: plain
+	// TCP); InternalTLS and GRPCTLS override them on one listener. See
+	// ListenerTLS.
+	TLS, InternalTLS, GRPCTLS tlsfiles.Files
 	// DecisionTimeout bounds the time one request's decisions may take,
 	// the wait for a turn at the store included; a request whose decision
 	// could not be sent within it is shed (503 overloaded).
@@ -218,6 +227,7 @@ func (c Config) LogValue() slog.Value {
 		slog.String("endpoint_fold", c.EndpointFold.String()),
 		slog.Duration("offenders_window", c.OffendersWindow),
 		slog.Bool("offenders_raw_keys", c.OffendersRawKeys),
+		slog.Any("tls", c.tlsLogValue()),
 		slog.Any("policies", PoliciesLogValue(c.Policies)),
 		slog.Any("routes", c.RoutePolicies),
 	)

@@ -16,6 +16,8 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
 
 // env returns a getenv over a fixed map.
@@ -95,10 +97,38 @@ func TestLoadPrecedence(t *testing.T) {
 	}
 }
 
+// A setting given by flag or environment is not read from the file: the
+// file's value, valid where the file is deployed (a folder under /etc), need
+// not be valid where it is overridden. Values nothing overrides are still
+// checked.
+func TestOverriddenFileSettingsAreNotChecked(t *testing.T) {
+	folder := t.TempDir()
+	file := writeYAML(t, "envoy_config: /nonexistent/ratelimit\nprune_interval: 3m\n")
+	for name, tt := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"env":  {[]string{"--config", file}, map[string]string{"LIMITER_ENVOY_CONFIG": folder}},
+		"flag": {[]string{"--config", file, "--envoy-config", folder}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			require.NoError(t, err)
+			assert.Equal(t, folder, c.EnvoyConfig)
+			assert.Equal(t, 3*time.Minute, c.PruneInterval, "the rest of the file applies")
+		})
+	}
+	_, err := Load([]string{"--config", file}, env(nil))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.EqualError(t, err, `config: envoy_config: "/nonexistent/ratelimit" is not a folder`)
+}
+
 func TestLoadEverySettingFromEachSource(t *testing.T) {
 	// Each setting is given a non-default value through the flag, the
 	// environment and the file in turn, and must land in the Config.
 	envoyDir := t.TempDir()
+	ca := tlstest.NewCA(t, "ca")
+	tlsAll, tlsInternal, tlsGRPC := tlstest.Files(t, ca.Server(t, "all"), ca), tlstest.Files(t, ca.Server(t, "internal"), ca), tlstest.Files(t, ca.Server(t, "grpc"), ca)
 	apiKeys := filepath.Join(t.TempDir(), "keys")
 	require.NoError(t, os.WriteFile(apiKeys, []byte("# none yet\n"), 0o600))
 	values := map[string]string{
@@ -119,6 +149,9 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
+		"tls-cert": tlsAll.Cert, "tls-key": tlsAll.Key, "tls-client-ca": tlsAll.ClientCA,
+		"internal-tls-cert": tlsInternal.Cert, "internal-tls-key": tlsInternal.Key, "internal-tls-client-ca": tlsInternal.ClientCA,
+		"grpc-tls-cert": tlsGRPC.Cert, "grpc-tls-key": tlsGRPC.Key, "grpc-tls-client-ca": tlsGRPC.ClientCA,
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -165,18 +198,27 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, 100, c.MaxKeyBytes)
 		assert.Equal(t, 20, c.SlidingLogMaxLimit)
 		assert.True(t, c.EnvoyAllowEmptyReload)
+		assert.Equal(t, []tlsfiles.Files{tlsAll, tlsInternal, tlsGRPC}, []tlsfiles.Files{c.TLS, c.InternalTLS, c.GRPCTLS})
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 
 	var args []string
 	envs := map[string]string{}
 	var file strings.Builder
+	nested := map[string][]string{} // group -> its lines
 	for _, s := range settings {
 		v, ok := values[s.name]
 		require.True(t, ok, s.name)
 		args = append(args, "--"+s.name+"="+v)
 		envs[s.env()] = v
+		if group, key, ok := strings.Cut(s.yamlKey(), "."); ok {
+			nested[group] = append(nested[group], fmt.Sprintf("  %s: %q\n", key, v))
+			continue
+		}
 		fmt.Fprintf(&file, "%s: %q\n", s.yamlKey(), v)
+	}
+	for group, lines := range nested {
+		file.WriteString(group + ":\n" + strings.Join(lines, ""))
 	}
 	t.Run("flags", func(t *testing.T) {
 		c, err := Load(args, env(nil))

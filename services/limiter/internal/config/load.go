@@ -31,11 +31,46 @@ type setting struct {
 }
 
 func (s setting) env() string {
-	return "LIMITER_" + strings.ToUpper(s.yamlKey())
+	return "LIMITER_" + strings.ToUpper(snake(s.name))
 }
 
+// yamlGroups are the prefixes of the settings that nest in the YAML file
+// under one key: --tls-cert is tls.cert, --grpc-tls-client-ca is
+// grpc_tls.client_ca.
+var yamlGroups = []string{"tls", "grpc-tls", "internal-tls"}
+
+// yamlKey is the setting's path in the YAML file.
 func (s setting) yamlKey() string {
-	return strings.ReplaceAll(s.name, "-", "_")
+	for _, g := range yamlGroups {
+		if rest, ok := strings.CutPrefix(s.name, g+"-"); ok {
+			return snake(g) + "." + snake(rest)
+		}
+	}
+	return snake(s.name)
+}
+
+func snake(name string) string { return strings.ReplaceAll(name, "-", "_") }
+
+// source is where a setting's value came from.
+type source int
+
+const (
+	fromDefault source = iota
+	fromYAML
+	fromEnv
+	fromFlag
+)
+
+// field is the setting as the user wrote it in src: its YAML path, its
+// environment variable or its flag.
+func (s setting) field(src source) string {
+	switch src {
+	case fromYAML:
+		return s.yamlKey()
+	case fromEnv:
+		return s.env()
+	}
+	return "--" + s.name
 }
 
 // configSetting names the YAML file; it is read from the flag or the
@@ -195,6 +230,15 @@ var settings = []setting{
 		c.LogFormat = v
 		return nil
 	}},
+	{"tls-cert", "", "PEM certificate chain (leaf first) served by every listener (--addr, --internal-addr, --grpc-addr): HTTPS and gRPC over TLS, 1.2 at least; re-read on the first handshake after the file changes. Empty: plain TCP", pathSetter(func(c *Config) *string { return &c.TLS.Cert })},
+	{"tls-key", "", "PEM private key of --tls-cert, re-read with it", pathSetter(func(c *Config) *string { return &c.TLS.Key })},
+	{"tls-client-ca", "", "PEM CA certificates for mutual TLS on every listener: a client must show a certificate one of them signed, or the handshake fails; re-read when the file changes. Empty: no client certificate asked for", pathSetter(func(c *Config) *string { return &c.TLS.ClientCA })},
+	{"internal-tls-cert", "", "the --internal-addr listener's certificate, instead of --tls-cert (with --internal-tls-key)", pathSetter(func(c *Config) *string { return &c.InternalTLS.Cert })},
+	{"internal-tls-key", "", "the private key of --internal-tls-cert", pathSetter(func(c *Config) *string { return &c.InternalTLS.Key })},
+	{"internal-tls-client-ca", "", "the --internal-addr listener's client CAs, instead of --tls-client-ca: mutual TLS on the decision APIs, /metrics and /admin/* alone", pathSetter(func(c *Config) *string { return &c.InternalTLS.ClientCA })},
+	{"grpc-tls-cert", "", "the --grpc-addr listener's certificate, instead of --tls-cert (with --grpc-tls-key)", pathSetter(func(c *Config) *string { return &c.GRPCTLS.Cert })},
+	{"grpc-tls-key", "", "the private key of --grpc-tls-cert", pathSetter(func(c *Config) *string { return &c.GRPCTLS.Key })},
+	{"grpc-tls-client-ca", "", "the --grpc-addr listener's client CAs, instead of --tls-client-ca: mutual TLS with Envoy alone", pathSetter(func(c *Config) *string { return &c.GRPCTLS.ClientCA })},
 	{"offenders-window", "1m", "GET /admin/offenders lists the keys refused most in the current and the previous interval of this length", durationSetter(func(c *Config) *time.Duration { return &c.OffendersWindow })},
 	{"offenders-raw-keys", "false", "GET /admin/offenders shows client keys as sent instead of their log hash. Keys can be API keys or user ids: enable only where the admin key is guarded as well as they are", boolSetter(func(c *Config) *bool { return &c.OffendersRawKeys })},
 }
@@ -205,6 +249,15 @@ func headerName(field func(c *Config) *string) func(c *Config, v string) error {
 		if !httpguts.ValidHeaderFieldName(v) {
 			return fmt.Errorf("%q is not an HTTP header field name", v)
 		}
+		*field(c) = v
+		return nil
+	}
+}
+
+// pathSetter sets a file path; the files are checked once every source is
+// applied (see checkTLS).
+func pathSetter(field func(c *Config) *string) func(c *Config, v string) error {
+	return func(c *Config, v string) error {
 		*field(c) = v
 		return nil
 	}
@@ -287,6 +340,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	from := map[string]source{} // setting name -> the source of its value
 
 	c := Config{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}
 	for _, s := range settings {
@@ -305,7 +359,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if err != nil {
 			return Config{}, fieldError(fileField, err)
 		}
-		if err := c.applyYAML(data); err != nil {
+		overridden := func(s setting) bool { return given[s.name] || getenv(s.env()) != "" }
+		if err := c.applyYAML(data, from, overridden); err != nil {
 			return Config{}, err
 		}
 	}
@@ -314,6 +369,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			if err := s.set(&c, v); err != nil {
 				return Config{}, fieldError(s.env(), err)
 			}
+			from[s.name] = fromEnv
 		}
 	}
 	for _, s := range settings {
@@ -321,6 +377,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 			if err := s.set(&c, *flags[s.name]); err != nil {
 				return Config{}, fieldError("--"+s.name, err)
 			}
+			from[s.name] = fromFlag
 		}
 	}
 	c.AdminKey = getenv(AdminKeyEnv)
@@ -335,6 +392,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, &Error{Field: "internal-addr", Reason: "must differ from --addr"}
 	}
 	if err := c.checkSlidingLog(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkGateway(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkTLS(from); err != nil {
 		return Config{}, err
 	}
 	return c, nil
@@ -372,6 +435,8 @@ Environment only:
       empty: a random secret per process
 
 YAML file (every key optional; unknown keys are an error):
+  tls:        # --tls-cert, --tls-key, --tls-client-ca; grpc_tls and internal_tls likewise
+    { cert: server.pem, key: server-key.pem, client_ca: clients-ca.pem }
   policies:   # name -> {algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys, near_cache}; window is whole seconds
     ping:  { algorithm: fixed_window, limit: 3,  window: 60s }
     check: { algorithm: sliding_log,  limit: 10, window: 60s }

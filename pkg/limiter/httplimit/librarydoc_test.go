@@ -12,21 +12,21 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The README's "Use it in your Go server" program is Example_server: it
+// docs/library.md's "Use it in your Go server" program is Example_server: it
 // parses, and every line of its main is a line of the example (the
 // ListenAndServe line is the example's comment), so the code shown is code
 // that compiles and runs.
-func TestREADMEShowsExampleServer(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "..", "README.md"))
+func TestLibraryDocShowsExampleServer(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "docs", "library.md"))
 	require.NoError(t, err)
-	_, section, found := strings.Cut(string(readme), "## Use it in your Go server\n")
-	require.True(t, found, "the README has the section")
+	_, section, found := strings.Cut(string(doc), "## Use it in your Go server\n")
+	require.True(t, found, "docs/library.md has the section")
 	_, code, found := strings.Cut(section, "```go\n")
 	require.True(t, found)
 	code, _, found = strings.Cut(code, "```")
 	require.True(t, found)
 	_, err = parser.ParseFile(token.NewFileSet(), "main.go", code, 0)
-	require.NoError(t, err, "the README's program parses")
+	require.NoError(t, err, "docs/library.md's program parses")
 
 	example, err := os.ReadFile("example_test.go")
 	require.NoError(t, err)
@@ -35,7 +35,7 @@ func TestREADMEShowsExampleServer(t *testing.T) {
 	lines := 0
 	for line := range strings.SplitSeq(strings.TrimSuffix(strings.TrimSpace(body), "}"), "\n") {
 		if line = strings.TrimSpace(line); line != "" {
-			assert.True(t, strings.Contains(string(example), line), "the README's line %q is not in example_test.go", line)
+			assert.True(t, strings.Contains(string(example), line), "docs/library.md's line %q is not in example_test.go", line)
 			lines++
 		}
 	}
