@@ -209,13 +209,6 @@ func TestIdleConnectionsLeaveHealthzAnswering(t *testing.T) {
 	}
 }
 
-// clientFrom returns an HTTP client whose connections come from the
-// loopback address src, one connection per request.
-func clientFrom(src string) *http.Client {
-	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 10 * time.Second}
-	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}}
-}
-
 // TestFourAddressesCannotLockOutAFifth: four client addresses (127.0.0.2..5)
 // try 5,000 idle keep-alive connections each (20,000 in all: each sends one
 // GET /healthz and holds the connection) against a service limited to 1,024
@@ -231,7 +224,7 @@ func TestFourAddressesCannotLockOutAFifth(t *testing.T) {
 	}
 	startFlooders(t, specs...)
 
-	fifth := clientFrom("127.0.0.6")
+	fifth := clientFrom(t, "127.0.0.6")
 	for _, path := range []string{"/healthz", "/ping"} {
 		resp, err := fifth.Get("http://" + httpAddr + path)
 		if !assert.NoError(t, err, "GET %s from a fifth address while four hold idle connections", path) {
