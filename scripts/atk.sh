@@ -9,7 +9,8 @@
 #     proxy (the main target; atk connects from 127.0.0.2 as that proxy),
 #   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target), and
 #   - a strict service: identity headers believed from trusted proxies only
-#     (none here), decision APIs on an internal listener (the strict target),
+#     (none here), decision APIs on an internal listener, 1,024 descriptors
+#     (the strict target),
 # waits until they answer GET /healthz, runs
 #   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2 \
 #       --strict-target http://127.0.0.1:P3 --strict-internal-target http://127.0.0.1:P4 \
@@ -31,11 +32,13 @@ me=atk.sh
 need_bins "$bin" limiter atk
 lib_init atk
 
-# limiter NAME ADMIN_KEY [FLAGS...]: a service on SQLite with that admin key.
+# limiter NAME ADMIN_KEY [FLAGS...]: a service on SQLite with that admin key,
+# started through the command in the array wrap (none by default).
+wrap=()
 limiter() {
 	local name=$1 admin=$2
 	shift 2
-	start "$name" healthz "${limiter_env[@]}" LIMITER_ADMIN_KEY="$admin" \
+	start "$name" healthz "${limiter_env[@]}" LIMITER_ADMIN_KEY="$admin" "${wrap[@]}" \
 		"$bin/limiter" --addr "127.0.0.1:{port}" --store sqlite --sqlite-path "$tmp/$name.db" "$@"
 }
 
@@ -46,6 +49,9 @@ limiter b ""
 mkdir "$tmp/envoy"
 echo "domain: atk" >"$tmp/envoy/atk.yaml"
 internal=$(free_port) || exit 2
+# The strict one runs on 1,024 descriptors, so that ATK-44's idle
+# connections reach its connection bounds.
+wrap=(sh -c 'ulimit -n 1024 && exec "$@"' sh)
 limiter c "$key" --identity-headers trusted-proxies --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy"
 
 status=0

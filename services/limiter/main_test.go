@@ -25,8 +25,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(floodEnv); addr != "" {
-		os.Exit(flood(addr))
+	if spec := os.Getenv(floodEnv); spec != "" {
+		var fs floodSpec
+		if err := json.Unmarshal([]byte(spec), &fs); err != nil {
+			fmt.Fprintln(os.Stderr, floodEnv+":", err)
+			os.Exit(2)
+		}
+		os.Exit(flood(fs))
 	}
 	gin.SetMode(gin.TestMode)
 	// Every request the tests send with http.Get or the shared client, and

@@ -151,7 +151,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41", "ATK-42", "ATK-43"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41", "ATK-42", "ATK-43", "ATK-44"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -188,7 +188,7 @@ var variants = []struct {
 	{"endpoint length not validated", flaws{noLengthCheck: true}, []string{"ATK-03"}},
 	{"rejects 128-character endpoints", flaws{strictLength: true}, []string{"ATK-03", "ATK-35"}},
 	{"empty endpoint accepted", flaws{noEndpointCheck: true}, []string{"ATK-02", "ATK-10", "ATK-12", "ATK-22"}},
-	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35", "ATK-37")},
+	{"non-problem JSON errors", flaws{plainErrors: true}, allExcept("ATK-04", "ATK-25", "ATK-26", "ATK-28", "ATK-34", "ATK-35", "ATK-37", "ATK-44")},
 	{"anonymous user without X-User-Id", flaws{anonymousUser: true}, []string{"ATK-01"}},
 	{"ParseInt base 0 for user ids", flaws{lenientUserID: true}, []string{"ATK-14", "ATK-15"}},
 	{"PHP-style saturating user ids", flaws{phpUserID: true}, []string{"ATK-08", "ATK-13", "ATK-17"}},
@@ -213,6 +213,7 @@ var variants = []struct {
 	{"wrong admin keys never throttled", flaws{noAdminThrottle: true}, []string{"ATK-42"}},
 	{"a throttled address refused the right key too", flaws{throttleLocksOut: true}, []string{"ATK-42"}},
 	{"admin reset on the public listener", flaws{resetPublic: true}, []string{"ATK-43"}},
+	{"a quarter of the connections per client", flaws{quarterPerClient: true}, []string{"ATK-44"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.

@@ -1,13 +1,20 @@
 package main
 
 import (
+	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 	"unicode"
 
 	"github.com/stretchr/testify/assert"
@@ -25,6 +32,11 @@ const floodSize = 200
 // throttles, so that at least one is throttled even when the guesses
 // straddle a minute boundary.
 const adminGuesses = 2*20 + 1
+
+// idleConnsPerAddr is how many keep-alive connections each of ATK-44's four
+// addresses opens: 512 in all, more than the 352 slots of each listener of
+// a service with two listeners and 1,024 descriptors.
+const idleConnsPerAddr = 128
 
 // Cases is the attack table: ATK-01..ATK-12 are the sliding-window seed's (docs/seeds.md)
 // cases with docs/design.md's status codes, the rest what hostile clients send.
@@ -593,6 +605,26 @@ var Cases = []Case{
 			return append(steps, Step{Req: reset, Want: e.AdminWant(200)})
 		},
 	},
+	{
+		ID: "ATK-44", Name: "idle connections from four addresses",
+		Desc:  "against --strict-target: four addresses each open up to 128 keep-alive connections (one GET /healthz each, then idle) and hold them; then a fifth address's GET /healthz -> 200 and GET /ping -> 200 count 1",
+		Needs: NeedStrictTarget | NeedLoopback,
+		Then: func(e *Env) {
+			var froms []netip.Addr
+			for len(froms) < 5 {
+				if a := e.PeerIP(); !slices.Contains(froms, a) {
+					froms = append(froms, a)
+				}
+			}
+			if held, turned := holdIdle(e, froms[:4], idleConnsPerAddr); turned == 0 {
+				e.Note("all %d idle connections were held: the target's connection bounds were not reached (start it with a small descriptor limit, e.g. ulimit -n 1024)", held)
+			}
+			e.Run(Step{Req: Request{Method: http.MethodGet, Path: "/healthz", To: Strict, From: froms[4]}, Want: 200})
+			ping := victimPing(froms[4])
+			ping.Req.To = Strict
+			e.Run(ping)
+		},
+	},
 }
 
 // hdr builds a header from name, value pairs; an empty value leaves the
@@ -806,4 +838,80 @@ func assertRateLimitHeaders(e *Env, r *Response, what string) {
 	for _, name := range []string{"RateLimit", "RateLimit-Policy"} {
 		assert.NotEmpty(e.T, r.Header.Get(name), "%s: %s header", what, name)
 	}
+}
+
+// holdIdle opens n keep-alive connections to the strict target from each
+// of froms, at once across addresses: each asks GET /healthz once and is
+// kept open, idle, until the case ends. It returns how many are still held
+// and how many the target turned away (not answered, or closed since).
+func holdIdle(e *Env, froms []netip.Addr, n int) (held, turned int) {
+	u, err := url.Parse(e.cfg.Strict)
+	if err != nil {
+		e.T.Errorf("--strict-target %q: %v", e.cfg.Strict, err)
+		return 0, 0
+	}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, from := range froms {
+		wg.Go(func() {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: from.AsSlice()}, Timeout: e.cfg.Client.Timeout}
+			for range n {
+				c, err := d.DialContext(e.ctx, "tcp", u.Host)
+				ok := err == nil && askOnce(c, u.Host, e.cfg.Client.Timeout)
+				mu.Lock()
+				if ok {
+					held++
+					e.held = append(e.held, c)
+				} else {
+					turned++
+					if c != nil {
+						c.Close()
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	// A target may also have closed connections it answered, to make room
+	// for later ones: those are turned away too.
+	for _, c := range e.held {
+		if closedByPeer(c) {
+			held--
+			turned++
+		}
+	}
+	return held, turned
+}
+
+// closedByPeer reports whether the other end has closed c: a read finds the
+// end of the stream (or a reset) at once, where a live idle connection
+// would wait.
+func closedByPeer(c net.Conn) bool {
+	if c.SetReadDeadline(time.Now().Add(time.Millisecond)) != nil {
+		return true
+	}
+	var b [1]byte
+	_, err := c.Read(b[:])
+	var ne net.Error
+	return err != nil && !(errors.As(err, &ne) && ne.Timeout())
+}
+
+// askOnce sends GET /healthz on c and reports whether a 200 came back
+// within timeout; c stays open either way.
+func askOnce(c net.Conn, host string, timeout time.Duration) bool {
+	if c.SetDeadline(time.Now().Add(timeout)) != nil {
+		return false
+	}
+	defer c.SetDeadline(time.Time{})
+	if _, err := io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: "+host+"\r\n\r\n"); err != nil {
+		return false
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return false
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }

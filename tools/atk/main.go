@@ -74,7 +74,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.target, "target", "", "base URL of the service under test, e.g. http://127.0.0.1:8080 (required)")
 	fs.StringVar(&o.closed, "closed-target", "", "base URL of a second service started WITHOUT an admin key;\nthe fail-closed cases run against it, and are SKIP without it")
-	fs.StringVar(&o.strict, "strict-target", "", "base URL of a third service that believes no client-asserted identity (X-Client-Key,\nX-User-Id) from untrusted peers and serves /v1/check, /json, /metrics and /admin/*\non an internal listener only; the cases that need it are SKIP without it")
+	fs.StringVar(&o.strict, "strict-target", "", "base URL of a third service that believes no client-asserted identity (X-Client-Key,\nX-User-Id) from untrusted peers and serves /v1/check, /json, /metrics and /admin/*\non an internal listener only, started with a small descriptor limit (ulimit -n 1024)\nso that ATK-44 reaches its connection bounds; the cases that need it are SKIP without it")
 	fs.StringVar(&o.strictInternal, "strict-internal-target", "", "base URL of the strict service's internal listener (optional)")
 	fs.StringVar(&o.trustedProxy, "trusted-proxy", "", "a loopback address (not 127.0.0.1) that --target lists in its --trusted-proxies; the forwarding\ncases connect from it as a proxy and are SKIP without it")
 	fs.StringVar(&o.v1Policy, "v1-policy", "api", "a policy of --target that /v1/check may charge (not one of the seed routes')")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -65,6 +66,7 @@ type flaws struct {
 	noAdminThrottle    bool // wrong admin keys are never throttled
 	throttleLocksOut   bool // a throttled address is refused before its key is compared, the right key too
 	resetPublic        bool // a strict reference serves DELETE /rate/reset on its public listener
+	quarterPerClient   bool // a strict reference lets one address hold a quarter of its connections
 }
 
 const (
@@ -123,15 +125,77 @@ func openReference(path, adminKey string, f flaws) (*reference, error) {
 func newReference(t testing.TB, adminKey string, f flaws) string {
 	t.Helper()
 	ref := startReference(t, adminKey, f, false)
-	return serveReference(t, ref.listener(true), f)
+	return serveReference(t, ref.listener(true), f, nil)
 }
 
 // newStrictReference starts a strict reference and returns the base URLs
 // of its public and internal listeners.
+// Its public listener holds at most refMaxConns connections, a sixteenth of
+// them per client address (a quarter with the quarterPerClient flaw).
 func newStrictReference(t testing.TB, adminKey string, f flaws) (public, internal string) {
 	t.Helper()
 	ref := startReference(t, adminKey, f, true)
-	return serveReference(t, ref.listener(true), f), serveReference(t, ref.listener(false), f)
+	perClient := refMaxConns / 16
+	if f.quarterPerClient {
+		perClient = refMaxConns / 4
+	}
+	bound := func(ln net.Listener) net.Listener {
+		return &boundedListener{Listener: ln, perClient: perClient, byHost: map[string]int{}}
+	}
+	return serveReference(t, ref.listener(true), f, bound), serveReference(t, ref.listener(false), f, nil)
+}
+
+// refMaxConns bounds the open connections of a strict reference's public
+// listener.
+const refMaxConns = 128
+
+// boundedListener closes, as soon as accepted, a connection over
+// refMaxConns open or over perClient from one address.
+type boundedListener struct {
+	net.Listener
+	perClient int
+	mu        sync.Mutex
+	open      int
+	byHost    map[string]int
+}
+
+func (l *boundedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		l.mu.Lock()
+		ok := l.open < refMaxConns && l.byHost[host] < l.perClient
+		if ok {
+			l.open++
+			l.byHost[host]++
+		}
+		l.mu.Unlock()
+		if ok {
+			return &boundedConn{Conn: c, l: l, host: host}, nil
+		}
+		c.Close()
+	}
+}
+
+// boundedConn gives its place back on its first Close.
+type boundedConn struct {
+	net.Conn
+	l    *boundedListener
+	host string
+	once sync.Once
+}
+
+func (c *boundedConn) Close() error {
+	c.once.Do(func() {
+		c.l.mu.Lock()
+		c.l.open--
+		c.l.byHost[c.host]--
+		c.l.mu.Unlock()
+	})
+	return c.Conn.Close()
 }
 
 func startReference(t testing.TB, adminKey string, f flaws, strict bool) *reference {
@@ -143,9 +207,14 @@ func startReference(t testing.TB, adminKey string, f flaws, strict bool) *refere
 	return ref
 }
 
-func serveReference(t testing.TB, h http.Handler, f flaws) string {
+// serveReference serves h on loopback until the test ends; bound, when not
+// nil, wraps the listener.
+func serveReference(t testing.TB, h http.Handler, f flaws, bound func(net.Listener) net.Listener) string {
 	t.Helper()
 	srv := httptest.NewUnstartedServer(h)
+	if bound != nil {
+		srv.Listener = bound(srv.Listener)
+	}
 	if f.bigHeaders {
 		srv.Config.MaxHeaderBytes = 8 << 20
 	}

@@ -169,6 +169,7 @@ type Env struct {
 	cfg   *Config
 	rng   *rand.Rand
 	notes []string
+	held  []net.Conn // connections a case holds until it ends
 }
 
 // Outcome is a case's verdict.
@@ -214,6 +215,9 @@ func runCase(ctx context.Context, cfg *Config, c Case) (res Result) {
 	e := newEnv(ctx, cfg, c.ID)
 	start := time.Now()
 	defer func() {
+		for _, c := range e.held {
+			c.Close()
+		}
 		// A target's answer must never crash the runner; a slip in a case's
 		// own code is reported as that case's failure.
 		if p := recover(); p != nil {

@@ -87,7 +87,7 @@ func TestGin(t *testing.T) {
 			assert.Equal(t, httplimit.ProblemContentType, resp.Header.Get("Content-Type"))
 			assert.JSONEq(t, `{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,
 				"detail":"rate limit of 2 per 1m0s exceeded for policy \"api\"","violated-policies":["api"],
-				"limit":2,"remaining":0,"reset_after":15,"retry_after":15}`, body)
+				"limit":2,"remaining":0,"count":3,"reset_after":15,"retry_after":15}`, body)
 
 			resp, _ = get("")
 			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "no key")

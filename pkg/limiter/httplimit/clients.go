@@ -140,6 +140,9 @@ func (c *Clients) PeerTrusted(r *http.Request) bool {
 	return err == nil && c.trusts(peer, unix)
 }
 
+// AddrTrusted reports whether address a is one of the trusted proxies.
+func (c *Clients) AddrTrusted(a netip.Addr) bool { return c.trusts(a.Unmap(), false) }
+
 // AddrKey returns the key of address a: an IPv4 address (IPv4-mapped
 // folded) as itself, an IPv6 address as its prefix in CIDR notation. Zones
 // are dropped. The zero Addr is "invalid IP".

@@ -16,7 +16,7 @@
 //
 //	{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,
 //	 "detail":"rate limit of 3 per 1m0s exceeded for policy \"api\"","violated-policies":["api"],
-//	 "limit":3,"remaining":0,"reset_after":15,"retry_after":15}
+//	 "limit":3,"remaining":0,"count":4,"reset_after":15,"retry_after":15}
 //
 // When the store cannot decide, the request is refused with 503 ([FailClosed],
 // the default) or let through uncounted ([FailOpen]).

@@ -71,10 +71,10 @@ func TestHeadersAndRefusal(t *testing.T) {
 			// The service's 429 document, byte for byte.
 			assert.JSONEq(t, `{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,
 				"detail":"rate limit of 3 per 1m0s exceeded for policy \"ping\"","violated-policies":["ping"],
-				"limit":3,"remaining":0,"reset_after":15,"retry_after":15}`, a.body)
+				"limit":3,"remaining":0,"count":4,"reset_after":15,"retry_after":15}`, a.body)
 			assert.Equal(t, `{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,`+
 				`"detail":"rate limit of 3 per 1m0s exceeded for policy \"ping\"","violated-policies":["ping"],`+
-				`"limit":3,"remaining":0,"reset_after":15,"retry_after":15}`, a.body)
+				`"limit":3,"remaining":0,"count":4,"reset_after":15,"retry_after":15}`, a.body)
 		})
 	}
 }

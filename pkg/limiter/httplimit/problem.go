@@ -56,6 +56,7 @@ type LimitedProblem struct {
 	ViolatedPolicies []string `json:"violated-policies"`
 	Limit            int64    `json:"limit"`
 	Remaining        int64    `json:"remaining"`
+	Count            int64    `json:"count"`
 	ResetAfter       float64  `json:"reset_after"`
 	RetryAfter       float64  `json:"retry_after"`
 }
@@ -68,6 +69,7 @@ func NewLimitedProblem(p limiter.Policy, d limiter.Decision) LimitedProblem {
 		ViolatedPolicies: []string{p.Name},
 		Limit:            d.Limit,
 		Remaining:        d.Remaining,
+		Count:            d.Count,
 		ResetAfter:       Seconds(d.ResetAfter),
 		RetryAfter:       Seconds(d.RetryAfter),
 	}

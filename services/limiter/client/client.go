@@ -12,7 +12,11 @@
 // default), allowed under [FailOpen]; Decision.Unavailable is true either
 // way. A request the service refuses as malformed (a 4xx problem such as an
 // unknown policy) returns a *[Problem] error and is never allowed, whatever
-// the failure mode: it is a bug to fix, not an outage to ride out. So
+// the failure mode: it is a bug to fix, not an outage to ride out. A 429 is
+// a refusal whatever its body (a proxy's or a firewall's too: then only
+// RetryAfter, from its Retry-After header, is known). A 200 that is not a
+// Tollgate decision, a redirect (never followed) and an answer body over
+// 64 KiB (closed, not read on) count as the service not deciding. So
 //
 //	d, err := c.Check(ctx, "api", userID, 1)
 //	if err != nil {
@@ -34,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -87,9 +92,9 @@ func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = 
 // FailClosed).
 func WithFailureMode(m FailureMode) Option { return func(c *config) { c.mode = m } }
 
-// WithHTTPClient makes Client send its requests with hc instead of its own
-// client (which keeps up to 64 idle connections to the service). Client
-// still applies its timeout per call.
+// WithHTTPClient makes Client send its requests with a copy of hc instead
+// of its own client (which keeps up to 64 idle connections to the service).
+// Client still applies its timeout per call, and never follows a redirect.
 func WithHTTPClient(hc *http.Client) Option { return func(c *config) { c.httpClient = hc } }
 
 func newConfig(opts []Option) (config, error) {
@@ -128,7 +133,13 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 		t := http.DefaultTransport.(*http.Transport).Clone()
 		t.MaxIdleConnsPerHost = 64 // the default, 2, would redial under concurrency
 		hc = &http.Client{Transport: t}
+	} else {
+		own := *hc
+		hc = &own
 	}
+	// A redirect is not the service's answer: following it would send the
+	// request (and its key) elsewhere.
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	return &Client{endpoint: strings.TrimSuffix(u.String(), "/") + "/v1/check", http: hc, cfg: cfg}, nil
 }
 
@@ -167,11 +178,11 @@ func (p *Problem) Error() string {
 	return fmt.Sprintf("client: problem %d %s: %s (%s)", p.Status, p.Title, p.Detail, p.Type)
 }
 
-// v1Answer is the body of a 200, and of a 429 (a problem with the same
-// numbers).
+// v1Answer is the body of a 200 (allowed is true, limit present), and of a
+// 429 (a problem with the same numbers but allowed).
 type v1Answer struct {
-	Allowed      bool    `json:"allowed"`
-	Limit        int64   `json:"limit"`
+	Allowed      *bool   `json:"allowed"`
+	Limit        *int64  `json:"limit"`
 	Remaining    int64   `json:"remaining"`
 	Count        int64   `json:"count"`
 	ResetAfter   float64 `json:"reset_after"`
@@ -179,7 +190,30 @@ type v1Answer struct {
 	ShadowDenied bool    `json:"shadow_denied"`
 }
 
-func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+// decision is the Decision a's numbers say, durations clamped to >= 0.
+func (a v1Answer) decision(allowed bool) Decision {
+	d := Decision{Allowed: allowed, Remaining: a.Remaining, Count: a.Count,
+		ResetAfter: seconds(a.ResetAfter), RetryAfter: seconds(a.RetryAfter), ShadowDenied: a.ShadowDenied}
+	if a.Limit != nil {
+		d.Limit = *a.Limit
+	}
+	return d
+}
+
+// maxSeconds is the longest time.Duration in seconds.
+const maxSeconds = float64(math.MaxInt64 / int64(time.Second))
+
+// seconds converts a duration in seconds, clamped to 0 .. the longest
+// Duration (a negative, NaN or huge value from a faulty answer included).
+func seconds(s float64) time.Duration {
+	switch {
+	case !(s > 0):
+		return 0
+	case s >= maxSeconds:
+		return math.MaxInt64
+	}
+	return time.Duration(s * float64(time.Second))
+}
 
 // Check counts cost units (at least 1) for key under the service's policy
 // and returns the decision. See the package documentation for its errors.
@@ -204,27 +238,46 @@ func (c *Client) Check(ctx context.Context, policy, key string, cost int64) (Dec
 	if err != nil {
 		return c.unavailable(err)
 	}
+	// Closed unread past the bound, not drained: an endless (or
+	// decompressing) body costs no more than maxBody.
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
-	_, _ = io.Copy(io.Discard, resp.Body) // drained: the connection is reused
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxBody+1))
 	if err != nil {
 		return c.unavailable(fmt.Errorf("reading the answer: %w", err))
 	}
+	var a v1Answer
+	parsed := len(data) <= maxBody && json.Unmarshal(data, &a) == nil
 	switch {
-	case resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusTooManyRequests:
-		var a v1Answer
-		if err := json.Unmarshal(data, &a); err != nil {
-			return c.unavailable(fmt.Errorf("the %d answer is not JSON: %w", resp.StatusCode, err))
+	case resp.StatusCode == http.StatusTooManyRequests:
+		// A refusal, even from a proxy in front that says no more: its
+		// Retry-After then stands for the numbers.
+		if !parsed || a.Limit == nil {
+			return Decision{RetryAfter: retryAfterHeader(resp.Header)}, nil
 		}
-		return Decision{
-			Allowed: resp.StatusCode == http.StatusOK, Limit: a.Limit, Remaining: a.Remaining, Count: a.Count,
-			ResetAfter: seconds(a.ResetAfter), RetryAfter: seconds(a.RetryAfter), ShadowDenied: a.ShadowDenied,
-		}, nil
+		return a.decision(false), nil
+	case resp.StatusCode == http.StatusOK:
+		if len(data) > maxBody {
+			return c.unavailable(fmt.Errorf("the 200 answer is over %d bytes", maxBody))
+		}
+		if !parsed || a.Allowed == nil || !*a.Allowed || a.Limit == nil {
+			return c.unavailable(fmt.Errorf("the 200 answer is not a Tollgate decision: %s", strconv.Quote(string(data[:min(len(data), 200)]))))
+		}
+		return a.decision(true), nil
 	case resp.StatusCode >= 400 && resp.StatusCode < 500:
 		return Decision{}, problemOf(resp, data)
 	default:
 		return c.unavailable(problemOf(resp, data))
 	}
+}
+
+// retryAfterHeader reads Retry-After in whole seconds; 0 when absent or not
+// a number of seconds.
+func retryAfterHeader(h http.Header) time.Duration {
+	n, err := strconv.ParseFloat(h.Get("Retry-After"), 64)
+	if err != nil {
+		return 0
+	}
+	return seconds(n)
 }
 
 // problemOf reads a problem document, or makes one from the status when the

@@ -51,6 +51,7 @@ func TestCheck(t *testing.T) {
 	assert.False(t, d.Allowed)
 	assert.False(t, d.Unavailable)
 	assert.EqualValues(t, 0, d.Remaining)
+	assert.EqualValues(t, 3, d.Count, "a refusal reports the count the service holds (sliding_log records no refused attempt)")
 	assert.Positive(t, d.RetryAfter)
 	assert.LessOrEqual(t, d.RetryAfter, time.Minute)
 

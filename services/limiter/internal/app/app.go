@@ -30,6 +30,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
@@ -56,6 +57,7 @@ type App struct {
 	internal *gin.Engine      // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
+	registry *prometheus.Registry // what /metrics serves
 
 	// The TLS of the public, internal and gRPC listeners; nil: plain TCP.
 	publicTLS, internalTLS, grpcTLS *tlsfiles.Reloader
@@ -164,6 +166,7 @@ func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
 // engine. rules are the Envoy rules; nil when no Envoy API is asked for.
 func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	reg := prometheus.NewRegistry()
+	a.registry = reg
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
 		Help: "Expired windows and events deleted by the pruning job.",
@@ -503,6 +506,7 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tl
 		WriteTimeout:      a.cfg.WriteTimeout,
 		IdleTimeout:       a.cfg.IdleTimeout,
 		MaxHeaderBytes:    a.cfg.MaxHeaderBytes,
+		ConnState:         connlimit.TrackState,
 		ErrorLog:          log.New(errLog, "", 0),
 	}
 	if main {
@@ -565,14 +569,14 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 	for _, addr := range addrs {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
-			for _, open := range lns {
-				open.Close()
-			}
-			return fmt.Errorf("app: %w", err)
+			return errors.Join(fmt.Errorf("app: %w", err), closeAll(lns))
 		}
 		lns = append(lns, ln)
 	}
-	lns = bound(cfg, lns...)
+	lns = a.bound(lns...)
+	if err := a.registry.Register(connCollector{names: names, lns: lns}); err != nil {
+		return errors.Join(fmt.Errorf("app: register metrics: %w", err), closeAll(lns))
+	}
 	perListener, perClient := connBounds(cfg, len(lns))
 	attrs := []any{}
 	for i, ln := range lns {

@@ -9,7 +9,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +20,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -240,4 +244,65 @@ func TestRunServesGRPCAndStopsBoth(t *testing.T) {
 	require.NoError(t, stop())
 	_, err = net.Dial("tcp", l.GRPCAddr)
 	assert.Error(t, err, "the gRPC listener is closed")
+}
+
+// TestHeldCallsEndAtTheReadTimeout: 20 connections open 25 calls each whose
+// request message never comes; each ends with DeadlineExceeded once the
+// read timeout has passed, while the connections stay open, and the
+// goroutines go back to what they were before the calls. Without a
+// deadline the calls were held until the client left.
+func TestHeldCallsEndAtTheReadTimeout(t *testing.T) {
+	const conns, callsPerConn = 20, 25
+	a := newApp(t, load(t, "--store=memory", "--envoy-config", envoyRules, "--grpc-addr=127.0.0.1:0", "--read-timeout=1s"), limitertest.NewClock(t0))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.ServeGRPC(ctx, ln) }()
+	t.Cleanup(func() {
+		stop()
+		assert.NoError(t, <-done)
+	})
+	var clients []*grpc.ClientConn
+	for range conns {
+		conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = conn.Close() })
+		// One whole call opens the connection.
+		_, err = rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(t.Context(), request("c"))
+		require.NoError(t, err)
+		clients = append(clients, conn)
+	}
+	baseline := runtime.NumGoroutine()
+
+	desc := &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}
+	codesSeen := make(chan codes.Code, conns*callsPerConn)
+	var wg sync.WaitGroup
+	for _, conn := range clients {
+		for range callsPerConn {
+			// The headers go now; the request message never does.
+			s, err := conn.NewStream(t.Context(), desc, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+			require.NoError(t, err)
+			wg.Go(func() { codesSeen <- status.Code(s.RecvMsg(&rlsv3.RateLimitResponse{})) })
+		}
+	}
+	ended := make(chan struct{})
+	go func() { wg.Wait(); close(ended) }()
+	select {
+	case <-ended:
+	case <-time.After(60 * time.Second):
+		require.FailNow(t, "held calls still open 60 s after they began, with a read timeout of 1 s")
+	}
+	close(codesSeen)
+	n := 0
+	for c := range codesSeen {
+		assert.Equal(t, codes.DeadlineExceeded, c)
+		n++
+	}
+	assert.Equal(t, conns*callsPerConn, n)
+	// The connections are still up: a whole call still answers.
+	_, err = rlsv3.NewRateLimitServiceClient(clients[0]).ShouldRateLimit(t.Context(), request("c"))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return runtime.NumGoroutine() <= baseline+5 }, 30*time.Second, 10*time.Millisecond,
+		"goroutines back to the %d before the held calls", baseline)
 }

@@ -202,8 +202,8 @@ var settings = []setting{
 		c.EndpointFold = f
 		return err
 	}},
-	{"max-conns", "0", "most open connections of each listener; over it a new connection is closed at once. 0: a share of the descriptor limit (RLIMIT_NOFILE)", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConns })},
-	{"max-conns-per-client", "0", "most open connections of one client address (IPv6: its /64) on each listener. 0: a quarter of --max-conns", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConnsPerClient })},
+	{"max-conns", "0", "most open connections of each listener; over it an idle connection is closed to make room for a new one, or else the new one is closed at once. 0: a share of the descriptor limit (RLIMIT_NOFILE)", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConns })},
+	{"max-conns-per-client", "0", "most open connections of one client address (IPv6: its --ipv6-prefix) on each listener; addresses in --trusted-proxies are bounded by --max-conns only. 0: a sixteenth of --max-conns", intSetter(0, 1<<24, func(c *Config) *int { return &c.MaxConnsPerClient })},
 	{"memory-refuse-when-full", "false", "store memory: when full, refuse new keys (429) instead of evicting keys whose state still matters (fail closed when full)", boolSetter(func(c *Config) *bool { return &c.MemoryRefuseWhenFull })},
 	{"prune-interval", "1m", "how often expired windows and events are deleted", durationSetter(func(c *Config) *time.Duration { return &c.PruneInterval })},
 	{"memory-max-keys", "1000000", "store memory: most keys held, each 16 sliding_log events counting as one key more; when full, a new key evicts, among sampled keys that are not exhausted, the one whose state expires first (an exhausted key goes last)", intSetter(1, 1<<31, func(c *Config) *int { return &c.MemoryMaxKeys })},
@@ -235,7 +235,7 @@ var settings = []setting{
 	{"envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the server's certificate must carry; empty: the host of --envoy-xds-server (CONFIG_GRPC_XDS_SERVER_TLS_SAN)", func(c *Config, v string) error { c.EnvoyXDSTLSServerName = v; return nil }},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
-	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
+	{"read-timeout", "10s", "time allowed to read a whole request; also the most a gRPC call may last (but Health/Watch), so that one whose request never arrives ends", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},
 	{"write-timeout", "10s", "time allowed to write a response", durationSetter(func(c *Config) *time.Duration { return &c.WriteTimeout })},
 	{"idle-timeout", "60s", "how long an idle keep-alive connection stays open", durationSetter(func(c *Config) *time.Duration { return &c.IdleTimeout })},
 	{"shutdown-timeout", "15s", "on SIGINT/SIGTERM, how long in-flight requests may take to finish", durationSetter(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},

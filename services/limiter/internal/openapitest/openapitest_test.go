@@ -59,7 +59,7 @@ func TestCheckFindsDrift(t *testing.T) {
 		"404 not a problem":   exchange(http.MethodGet, "/nowhere", "", 404, jsonHeader("text/plain"), "404 page not found"),
 		"unknown path, 200":   exchange(http.MethodGet, "/nowhere", "", 200, jsonHeader("application/json"), `{}`),
 		"429 without Retry-After": exchange(http.MethodGet, "/ping", "", 429, limited,
-			`{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,"detail":"d","violated-policies":["ping"],"limit":3,"remaining":0,"reset_after":1,"retry_after":1}`),
+			`{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,"detail":"d","violated-policies":["ping"],"limit":3,"remaining":0,"count":4,"reset_after":1,"retry_after":1}`),
 		"refused request, 200": exchange(http.MethodPost, "/v1/check", `{"policy":"api"}`, 200, jsonHeader("application/json"),
 			`{"allowed":true,"limit":1,"remaining":0,"count":1,"reset_after":1,"retry_after":0,"policy":"api","key":"k"}`),
 	} {
