@@ -27,10 +27,16 @@ type traceConfig struct {
 	seed       uint64
 	limit      int64
 	window     time.Duration
+	maxKeys    int // distinct sources a replay may hold
 	steady     steadyParams
 	boundary   boundaryParams
 	population populationParams
 }
+
+// defaultMaxKeys bounds the distinct sources of a replay by default: a
+// replay keeps every source's state to its end, about 1.2 KB each, so a
+// million is a little over a gigabyte. The population trace has 250,000.
+const defaultMaxKeys = 1_000_000
 
 // defaultTraceConfig is what `lab accuracy` replays without flags, and the
 // traces of `lab all`.
@@ -41,6 +47,7 @@ func defaultTraceConfig() traceConfig {
 		seed:       1,
 		limit:      100,
 		window:     time.Minute,
+		maxKeys:    defaultMaxKeys,
 		steady:     steadyParams{Sources: 1000, Windows: 30, Low: 0.5, High: 1.5},
 		boundary:   boundaryParams{Sources: 500, Windows: 30, Every: 3, Burst: 1, Background: 0.1, MaxSpan: 0.1},
 		population: populationParams{Sources: 250_000, Requests: 100_000_000, S: 1.1, AtLimit: 250},
@@ -66,7 +73,7 @@ func (c traceConfig) open() (source, func() error, error) {
 		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
 			size = fi.Size()
 		}
-		src, err := newFileSource(f, size, c.format, c.limit)
+		src, err := newFileSource(f, size, c.format, c.limit, c.maxKeys)
 		if err != nil {
 			f.Close()
 			return nil, none, err
@@ -180,7 +187,7 @@ func accuracy(ctx context.Context, c traceConfig, engine string, workers int, re
 		if err != nil {
 			return r, err
 		}
-		o.watch, o.origin, o.workers, o.prog = int64(res.worstKey), res.first, 1, nil
+		o.watch, o.origin, o.workers, o.prog = int64(res.worstKey), worstOrigin(res.worstFalseAt, c.window), 1, nil
 		res2, err := replay(ctx, src2, o)
 		if err := close2(); err != nil {
 			return r, fmt.Errorf("lab: trace: %w", err)
@@ -192,6 +199,17 @@ func accuracy(ctx context.Context, c traceConfig, engine string, workers int, re
 	}
 	return r, nil
 }
+
+// worstOrigin is where the worst source's series starts: worstLead windows
+// before the window of its first false decision, so that the plot shows the
+// algorithms disagreeing, with the trailing sums filled before.
+func worstOrigin(falseAt int64, window time.Duration) int64 {
+	return falseAt - falseAt%int64(window) - worstLead*int64(window)
+}
+
+// worstLead is how many windows of the worst source's plot come before the
+// window of its first false decision.
+const worstLead = 3
 
 // buildAccuracy turns a replay's findings into the report.
 func buildAccuracy(c traceConfig, engine string, src source, res replayResult) accuracyReport {

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -85,22 +86,23 @@ func (r *accuracyReport) plotWorst(path string) error {
 	for _, n := range s.attempts {
 		attempts += n
 	}
-	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests, %d false decisions): admitted in the last window",
+	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests in these windows, %d false decisions in all): admitted in the last window",
 		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses)
-	p.X.Label.Text = "windows since the trace's start"
+	p.X.Label.Text = "seconds since " + time.Unix(0, s.origin).UTC().Format(time.RFC3339Nano)
 	p.Y.Label.Text = "units admitted in the last window"
+	// The series starts worstLead windows before the first disagreement;
+	// its first window only fills the trailing sums and is not drawn.
 	line := func(counts []int64) plotter.XYs {
-		xy := make(plotter.XYs, len(s.attempts))
+		var xy plotter.XYs
 		var trailing int64
-		for i := range xy {
-			if i < len(counts) {
-				trailing += counts[i]
-			}
-			if j := i - seriesBins; j >= 0 && j < len(counts) {
+		for i := range counts {
+			trailing += counts[i]
+			if j := i - seriesBins; j >= 0 {
 				trailing -= counts[j]
 			}
-			xy[i].X = float64(i+1) / seriesBins
-			xy[i].Y = float64(trailing)
+			if i >= seriesBins-1 {
+				xy = append(xy, plotter.XY{X: float64(int64(i+1)*s.bin) / float64(time.Second), Y: float64(trailing)})
+			}
 		}
 		return xy
 	}

@@ -69,6 +69,7 @@ type keyState struct {
 	exact      window
 	exactUnits int64
 	falses     uint32 // false decisions, every algorithm together
+	falseAt    int64  // time of the first
 	hit        bool   // the exact log refused at least once
 	requests   int64
 	first      int64 // index in the trace of the key's first request
@@ -80,6 +81,14 @@ type keyAlg struct {
 	units int64  // admitted units in the whole trace
 }
 
+// falsify counts a false decision at time at.
+func (ks *keyState) falsify(at int64) {
+	if ks.falses == 0 {
+		ks.falseAt = at
+	}
+	ks.falses++
+}
+
 // algStats are one algorithm's totals.
 type algStats struct {
 	requests, admitted, falseAllows, falseRefusals int64
@@ -88,11 +97,17 @@ type algStats struct {
 	worstKey                                       uint32 // whose request that was
 }
 
-// seriesBins is how many bins of a series make one window.
-const seriesBins = 20
+// seriesBins is how many bins of a series make one window, and
+// worstWindows how many windows a series spans: its size is fixed,
+// whatever the span of the trace.
+const (
+	seriesBins   = 20
+	worstWindows = 10
+)
 
 // series counts, per bin of time, the units one source attempted, the exact
-// log admitted, and each algorithm admitted.
+// log admitted, and each algorithm admitted, over worstWindows windows from
+// origin; what falls outside is not counted.
 type series struct {
 	origin, bin int64
 	attempts    []int64
@@ -100,12 +115,22 @@ type series struct {
 	algs        [nAlgs][]int64
 }
 
-func (s *series) add(counts *[]int64, at, cost int64) {
-	i := int((at - s.origin) / s.bin)
-	for len(*counts) <= i {
-		*counts = append(*counts, 0)
+func newSeries(origin int64, window time.Duration) *series {
+	const n = worstWindows * seriesBins
+	s := &series{origin: origin, bin: max(1, int64(window)/seriesBins), attempts: make([]int64, n), exact: make([]int64, n)}
+	for a := range s.algs {
+		s.algs[a] = make([]int64, n)
 	}
-	(*counts)[i] += cost
+	return s
+}
+
+func (s *series) add(counts []int64, at, cost int64) {
+	if at < s.origin {
+		return
+	}
+	if i := (at - s.origin) / s.bin; i < int64(len(counts)) {
+		counts[i] += cost
+	}
 }
 
 // worker replays the keys k of a trace with k % of == idx.
@@ -160,9 +185,9 @@ func (w *worker) replay(evs []event, base int64) error {
 			ks.hit = true
 		}
 		if w.watch != nil {
-			w.watch.add(&w.watch.attempts, e.at, cost)
+			w.watch.add(w.watch.attempts, e.at, cost)
 			if truth {
-				w.watch.add(&w.watch.exact, e.at, cost)
+				w.watch.add(w.watch.exact, e.at, cost)
 			}
 		}
 		for a := range nAlgs {
@@ -183,14 +208,14 @@ func (w *worker) replay(evs []event, base int64) error {
 				}
 				if !truth {
 					s.falseAllows++
-					ks.falses++
+					ks.falsify(e.at)
 				}
 				if w.watch != nil {
-					w.watch.add(&w.watch.algs[a], e.at, cost)
+					w.watch.add(w.watch.algs[a], e.at, cost)
 				}
 			case truth:
 				s.falseRefusals++
-				ks.falses++
+				ks.falsify(e.at)
 			}
 		}
 	}
@@ -212,7 +237,7 @@ type replayOptions struct {
 	engine  string
 	workers int
 	watch   int64 // a key to follow alone (its events only), or -1
-	origin  int64 // start of the watched series' first bin
+	origin  int64 // start of the watched series' first bin; it spans worstWindows windows
 	prog    *progress
 }
 
@@ -228,6 +253,7 @@ type replayResult struct {
 	worstKey            uint32       // the key with the most false decisions
 	worstFalses         uint32
 	worstFirst          int64 // index in the trace of its first request
+	worstFalseAt        int64 // time of its first false decision
 	watch               *series
 	elapsed             time.Duration
 }
@@ -264,7 +290,7 @@ func replay(ctx context.Context, src source, o replayOptions) (replayResult, err
 		workers[i] = w
 	}
 	if o.watch >= 0 {
-		workers[0].watch = &series{origin: o.origin, bin: max(1, int64(o.window)/seriesBins)}
+		workers[0].watch = newSeries(o.origin, o.window)
 	}
 	nb := 4 * len(workers)
 	free := make(chan *batch, nb)
@@ -364,7 +390,7 @@ func (r *replayResult) merge(workers []*worker) {
 			}
 			r.exactAdmitted += ks.exactUnits
 			if ks.falses > r.worstFalses || ks.falses == r.worstFalses && ks.falses > 0 && ks.first < r.worstFirst {
-				r.worstFalses, r.worstKey, r.worstFirst = ks.falses, key, ks.first
+				r.worstFalses, r.worstKey, r.worstFirst, r.worstFalseAt = ks.falses, key, ks.first, ks.falseAt
 			}
 			if !ks.hit {
 				continue
