@@ -153,6 +153,8 @@ func (c *traceConfig) check() error {
 		return bad("population: want sources, requests and a Zipf exponent above zero")
 	case c.population.AtLimit < 1 || c.population.AtLimit > c.population.Sources:
 		return bad("--population-at-limit %d: want a rank in 1..%d", c.population.AtLimit, c.population.Sources)
+	case c.truth != truthAdmitted && c.truth != truthAttempts:
+		return bad("--truth %q: want %s or %s", c.truth, truthAdmitted, truthAttempts)
 	case c.maxKeys < 1 || c.maxKeys > 1<<31:
 		return bad("--max-keys %d: want at least 1, at most %d", c.maxKeys, 1<<31)
 	}
@@ -193,6 +195,7 @@ func runAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	o.register(fs)
 	fs.StringVar(&engine, "engine", engine, "direct (library algorithm functions on compact state; fast) or memory (memstore through limiter.Store)")
 	fs.IntVar(&workers, "workers", workers, "goroutines replaying, each a share of the sources")
+	fs.StringVar(&c.truth, "truth", c.truth, "ground truth: admitted (an exact sliding log of admitted units) or attempts (every attempt counted in a sliding window, as Cloudflare measures)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,11 +52,24 @@ func (w *window) push(at, cost int64) {
 
 func (w *window) live() []limiter.Event { return w.ev[w.head:] }
 
-// decider makes one algorithm's decision for one key. Keys are numbered
-// locally to a worker (k) and globally in the trace (key).
+// decider makes one algorithm's decision for one key, and returns the
+// count the decision reports (limiter.Decision.Count: the algorithm's own
+// estimate of the units in the window). Keys are numbered locally to a
+// worker (k) and globally in the trace (key).
 type decider interface {
-	decide(a int, k int, key uint32, at, cost int64) (bool, error)
+	decide(a int, k int, key uint32, at, cost int64) (bool, int64, error)
 }
+
+// Ground truths. admitted: an exact sliding log of the units admitted (a
+// request is right to refuse when admitting it would put more than the
+// limit in the last window). attempts: every attempt counted in a sliding
+// window, as Cloudflare measures (a request is right to refuse when its
+// source's attempts in the last window, itself included, exceed the
+// limit).
+const (
+	truthAdmitted = "admitted"
+	truthAttempts = "attempts"
+)
 
 // Engines.
 const (
@@ -68,17 +82,21 @@ const (
 type keyState struct {
 	exact      window
 	exactUnits int64
+	tried      window // attempts truth: every attempt in the last window
+	peak       int64  // attempts truth: most attempted units in a window
 	falses     uint32 // false decisions, every algorithm together
 	falseAt    int64  // time of the first
-	hit        bool   // the exact log refused at least once
+	hit        bool   // the truth refused at least once
 	requests   int64
 	first      int64 // index in the trace of the key's first request
 	algs       [nAlgs]keyAlg
 }
 
 type keyAlg struct {
-	adm   window // admitted units in the last window
-	units int64  // admitted units in the whole trace
+	adm     window  // admitted units in the last window
+	units   int64   // admitted units in the whole trace
+	refused bool    // refused at least once
+	diff    float64 // attempts truth: sum of |count − attempts| ÷ attempts
 }
 
 // falsify counts a false decision at time at.
@@ -136,9 +154,10 @@ func (s *series) add(counts []int64, at, cost int64) {
 // worker replays the keys k of a trace with k % of == idx.
 type worker struct {
 	idx, of int
-	limit   int64
-	window  int64
-	eng     decider
+	limit    int64
+	window   int64
+	attempts bool // the attempts truth
+	eng      decider
 	keys    []keyState
 	stats   [nAlgs]algStats
 	watch   *series // when set, the trace holds one key and this records it
@@ -181,7 +200,14 @@ func (w *worker) replay(evs []event, base int64) error {
 		if truth {
 			ks.exact.push(e.at, cost)
 			ks.exactUnits += cost
-		} else {
+		}
+		if w.attempts {
+			ks.tried.expire(cut)
+			ks.tried.push(e.at, cost)
+			ks.peak = max(ks.peak, ks.tried.sum)
+			truth = ks.tried.sum <= w.limit
+		}
+		if !truth {
 			ks.hit = true
 		}
 		if w.watch != nil {
@@ -191,11 +217,15 @@ func (w *worker) replay(evs []event, base int64) error {
 			}
 		}
 		for a := range nAlgs {
-			ok, err := w.eng.decide(a, k, e.key, e.at, cost)
+			ok, count, err := w.eng.decide(a, k, e.key, e.at, cost)
 			if err != nil {
 				return err
 			}
 			s, ka := &w.stats[a], &ks.algs[a]
+			ka.refused = ka.refused || !ok
+			if w.attempts {
+				ka.diff += math.Abs(float64(count-ks.tried.sum)) / float64(ks.tried.sum)
+			}
 			s.requests++
 			switch {
 			case ok:
@@ -234,6 +264,7 @@ type batch struct {
 type replayOptions struct {
 	limit   int64
 	window  time.Duration
+	truth   string // truthAdmitted or truthAttempts
 	engine  string
 	workers int
 	watch   int64 // a key to follow alone (its events only), or -1
@@ -254,6 +285,7 @@ type replayResult struct {
 	worstFalses         uint32
 	worstFirst          int64 // index in the trace of its first request
 	worstFalseAt        int64 // time of its first false decision
+	attempts            [nAlgs]attemptsStats
 	watch               *series
 	elapsed             time.Duration
 }
@@ -278,7 +310,7 @@ func replay(ctx context.Context, src source, o replayOptions) (replayResult, err
 	}
 	workers := make([]*worker, max(1, o.workers))
 	for i := range workers {
-		w := &worker{idx: i, of: len(workers), limit: o.limit, window: int64(o.window)}
+		w := &worker{idx: i, of: len(workers), limit: o.limit, window: int64(o.window), attempts: o.truth == truthAttempts}
 		switch o.engine {
 		case engineDirect:
 			w.eng = &directEngine{ps: ps}
@@ -368,9 +400,19 @@ func produce(ctx context.Context, src source, o replayOptions, ins []chan *batch
 	}
 }
 
+// attemptsStats are one algorithm's figures under the attempts truth.
+type attemptsStats struct {
+	overNeverRefused int64   // sources over the limit the algorithm never refused
+	worstPeak        int64   // the most attempted units in a window among them
+	refusedNeverOver int64   // sources refused, never over the limit
+	diff             float64 // sum over requests of |count − attempts| ÷ attempts
+}
+
 // merge adds up the workers' findings, in an order that does not depend on
 // how the work was split.
 func (r *replayResult) merge(workers []*worker) {
+	// Float sums in key order, whatever the split.
+	var diffs [nAlgs][]float64
 	for _, w := range workers {
 		for a := range nAlgs {
 			s, ws := &r.stats[a], w.stats[a]
@@ -392,6 +434,22 @@ func (r *replayResult) merge(workers []*worker) {
 			if ks.falses > r.worstFalses || ks.falses == r.worstFalses && ks.falses > 0 && ks.first < r.worstFirst {
 				r.worstFalses, r.worstKey, r.worstFirst, r.worstFalseAt = ks.falses, key, ks.first, ks.falseAt
 			}
+			if workers[0].attempts {
+				for a := range nAlgs {
+					ka, as := &ks.algs[a], &r.attempts[a]
+					switch {
+					case ks.hit && !ka.refused:
+						as.overNeverRefused++
+						as.worstPeak = max(as.worstPeak, ks.peak)
+					case !ks.hit && ka.refused:
+						as.refusedNeverOver++
+					}
+					for len(diffs[a]) <= int(key) {
+						diffs[a] = append(diffs[a], 0)
+					}
+					diffs[a][key] = ka.diff
+				}
+			}
 			if !ks.hit {
 				continue
 			}
@@ -404,6 +462,11 @@ func (r *replayResult) merge(workers []*worker) {
 		}
 		if w.watch != nil {
 			r.watch = w.watch
+		}
+	}
+	for a := range nAlgs {
+		for _, d := range diffs[a] {
+			r.attempts[a].diff += d
 		}
 	}
 }
