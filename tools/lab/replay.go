@@ -153,15 +153,15 @@ func (s *series) add(counts []int64, at, cost int64) {
 
 // worker replays the keys k of a trace with k % of == idx.
 type worker struct {
-	idx, of int
+	idx, of  int
 	limit    int64
 	window   int64
 	attempts bool // the attempts truth
 	eng      decider
-	keys    []keyState
-	stats   [nAlgs]algStats
-	watch   *series // when set, the trace holds one key and this records it
-	err     error
+	keys     []keyState
+	stats    [nAlgs]algStats
+	watch    *series // when set, the trace holds one key and this records it
+	err      error
 }
 
 func (w *worker) run(in <-chan *batch, free chan<- *batch) {
