@@ -20,6 +20,16 @@ lib_cleanup() {
 	rm -rf "$tmp"
 }
 
+# need COMMAND PACKAGE: installs PACKAGE with apt-get when COMMAND is not on
+# PATH (with sudo unless root).
+need() {
+	command -v "$1" >/dev/null 2>&1 && return
+	echo "== installing $2 ($1)"
+	if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
+	$SUDO apt-get update -qq
+	$SUDO apt-get install -y -qq "$2" >/dev/null
+}
+
 # need_bins DIR NAME...: each DIR/NAME is an executable, or exit 2.
 need_bins() {
 	local dir=$1 b

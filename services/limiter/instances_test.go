@@ -69,6 +69,9 @@ func removeSharedBinary() {
 type instance struct {
 	url      string // http://127.0.0.1:PORT
 	grpcAddr string // empty unless --grpc-addr was given
+	// stop stops the process with SIGTERM and waits for it; cleanup calls
+	// it too, once in all.
+	stop func()
 
 	mu   sync.Mutex
 	logs strings.Builder // stderr: one JSON object per line
@@ -152,7 +155,7 @@ func startWrapped(t *testing.T, wrapper []string, args []string, env ...string) 
 		}
 		_, _ = io.Copy(io.Discard, stderr)
 	}()
-	t.Cleanup(func() {
+	in.stop = sync.OnceFunc(func() {
 		// Connections the transport dialled but never used are new, not
 		// idle, to the server, whose graceful shutdown would wait for them.
 		client.CloseIdleConnections()
@@ -171,6 +174,7 @@ func startWrapped(t *testing.T, wrapper []string, args []string, env ...string) 
 		}
 		<-copied
 	})
+	t.Cleanup(in.stop)
 	select {
 	case l := <-listening:
 		in.url, in.grpcAddr = "http://"+l.Addr, l.GRPCAddr

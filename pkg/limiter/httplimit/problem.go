@@ -91,10 +91,19 @@ func WriteProblem(w http.ResponseWriter, status int, body any) {
 // WriteLimited answers 429 for policy p's refusal d: Retry-After and the
 // LimitedProblem, with instance (may be empty) as its instance member.
 func WriteLimited(w http.ResponseWriter, p limiter.Policy, d limiter.Decision, instance string) {
+	WriteRefused(w, http.StatusTooManyRequests, p, d, instance)
+}
+
+// WriteRefused is WriteLimited answering status instead of 429, for a
+// caller that takes only some statuses as a refusal (nginx's auth_request
+// takes 401 and 403): the same Retry-After and problem, whose status member
+// is status.
+func WriteRefused(w http.ResponseWriter, status int, p limiter.Policy, d limiter.Decision, instance string) {
 	SetRetryAfter(w.Header(), d.RetryAfter)
 	body := NewLimitedProblem(p, d)
+	body.Status = status
 	body.Instance = instance
-	WriteProblem(w, http.StatusTooManyRequests, body)
+	WriteProblem(w, status, body)
 }
 
 // UnavailableDetail is the detail of the 503 problem answered when the store

@@ -477,6 +477,12 @@ func (s *Store) FileSize() (int64, error) {
 	return total, nil
 }
 
+// DiskFull reports whether the store refuses decisions because the disk
+// filled: its reserve (WithDiskReserve) is used up or could not be written
+// again yet. Always false without a reserve. It is safe to call at any time,
+// for a metrics gauge.
+func (s *Store) DiskFull() bool { return s.reserve.missing() != nil }
+
 // Stats counts the writer's work since Open, for metrics.
 type Stats struct {
 	// Batches is how many groups of requests the writer took from its queue;

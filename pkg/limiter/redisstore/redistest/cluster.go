@@ -30,9 +30,12 @@ type Cluster struct {
 // and waits until every node sees the whole cluster healthy. The processes
 // are killed at cleanup. It needs redis-server and redis-cli on PATH
 // (skipped without, failed under CI=true); it never uses
-// LIMITER_TEST_REDIS_URL.
+// LIMITER_TEST_REDIS_URL. With LIMITER_TEST_NO_TOPOLOGIES set it skips.
 func StartCluster(t testing.TB) *Cluster {
 	t.Helper()
+	if skipTopology(t, "Redis Cluster") {
+		return nil
+	}
 	cli := lookPath(t, "redis-cli")
 	if cli == "" {
 		return nil

@@ -27,6 +27,22 @@ import (
 // a private redis-server.
 const EnvURL = "LIMITER_TEST_REDIS_URL"
 
+// EnvNoTopologies names the variable that, set to anything, skips the
+// tests that need a Redis Cluster or a Sentinel set-up (StartCluster,
+// StartSentinel: six and five processes), also under CI=true: make check,
+// the quick loop, sets it; make test does not.
+const EnvNoTopologies = "LIMITER_TEST_NO_TOPOLOGIES"
+
+// skipTopology skips the test when EnvNoTopologies is set, and says so.
+func skipTopology(t testing.TB, what string) bool {
+	t.Helper()
+	if os.Getenv(EnvNoTopologies) == "" {
+		return false
+	}
+	t.Skip("redistest: " + EnvNoTopologies + " is set: no " + what)
+	return true
+}
+
 // readyWithin bounds the wait for a started redis-server to answer PING.
 const readyWithin = 10 * time.Second
 

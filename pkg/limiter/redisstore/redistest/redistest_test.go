@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"runtime"
 	"testing"
 
@@ -55,16 +56,19 @@ func (f *fakeTB) Fatal(args ...any) {
 	runtime.Goexit()
 }
 
-// startIn runs Start with f on its own goroutine, as the testing package
+// startIn runs start with f on its own goroutine, as the testing package
 // would, and waits for it to return or stop.
-func startIn(f *fakeTB) {
+func startIn(f *fakeTB, start func(testing.TB)) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		Start(f)
+		start(f)
 	}()
 	<-done
 }
+
+// startOne is Start for startIn.
+func startOne(tb testing.TB) { Start(tb) }
 
 func TestNoRedisSkipsOrFails(t *testing.T) {
 	t.Setenv("PATH", t.TempDir()) // no redis-server
@@ -72,17 +76,37 @@ func TestNoRedisSkipsOrFails(t *testing.T) {
 
 	t.Setenv("CI", "")
 	f := &fakeTB{TB: t}
-	startIn(f)
+	startIn(f, startOne)
 	assert.Contains(t, f.skipped, "redis-server")
 	assert.Contains(t, f.skipped, EnvURL)
 	assert.Empty(t, f.fatal)
 
 	t.Setenv("CI", "true")
 	f = &fakeTB{TB: t}
-	startIn(f)
+	startIn(f, startOne)
 	assert.Contains(t, f.fatal, "redis-server")
 	assert.Contains(t, f.fatal, EnvURL)
 	assert.Empty(t, f.skipped)
+}
+
+// With LIMITER_TEST_NO_TOPOLOGIES set (make check), Cluster and Sentinel
+// set-ups are skipped before any process starts, naming the variable, also
+// under CI=true; a single server still starts.
+func TestNoTopologiesSkipsClusterAndSentinel(t *testing.T) {
+	t.Setenv(EnvNoTopologies, "1")
+	t.Setenv("CI", "true")
+	for name, start := range map[string]func(testing.TB){
+		"cluster":  func(tb testing.TB) { StartCluster(tb) },
+		"sentinel": func(tb testing.TB) { StartSentinel(tb) },
+	} {
+		f := &fakeTB{TB: t}
+		startIn(f, start)
+		assert.Contains(t, f.skipped, EnvNoTopologies, name)
+		assert.Empty(t, f.fatal, name)
+	}
+	if _, err := exec.LookPath("redis-server"); err == nil {
+		assert.NotEmpty(t, Start(t).Addr(), "one server is not a topology")
+	}
 }
 
 // TestSharedServer points Start at an existing server: the test gets that
@@ -117,7 +141,7 @@ func TestSharedServer(t *testing.T) {
 
 	t.Setenv(EnvURL, "http://not-redis")
 	f := &fakeTB{TB: t}
-	startIn(f)
+	startIn(f, startOne)
 	assert.Contains(t, f.fatal, EnvURL)
 }
 

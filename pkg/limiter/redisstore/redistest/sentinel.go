@@ -26,9 +26,13 @@ type Sentinel struct {
 // StartSentinel starts the set-up and waits until every sentinel knows the
 // primary, its replica and the two other sentinels. The processes are
 // killed at cleanup. It needs redis-server on PATH (skipped without, failed
-// under CI=true); it never uses LIMITER_TEST_REDIS_URL.
+// under CI=true); it never uses LIMITER_TEST_REDIS_URL. With
+// LIMITER_TEST_NO_TOPOLOGIES set it skips.
 func StartSentinel(t testing.TB) *Sentinel {
 	t.Helper()
+	if skipTopology(t, "Sentinel set-up") {
+		return nil
+	}
 	primary := startPrivate(t, "", false)
 	if primary == nil {
 		return nil

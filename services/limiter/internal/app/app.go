@@ -276,6 +276,7 @@ func (a *App) snapshot(cfg config.Config, rules *envoy.Rules) (*snapshot.Snapsho
 		Identity:    ids,
 		DecisionAPI: decisionAPI(cfg),
 		Budget:      decisionBudget(a.cfg),
+		Gateway:     cfg.Gateway,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)

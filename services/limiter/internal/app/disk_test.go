@@ -30,6 +30,7 @@ func TestFullDiskAnswers503ThenRecoversAfterPrune(t *testing.T) {
 	a := newApp(t, load(t, "--sqlite-path", filepath.Join(dir, "full.db"),
 		"--sqlite-disk-reserve", fmt.Sprint(6<<20), "--audit-retention", "1m"), clock)
 	h := a.Handler()
+	assert.Equal(t, 0.0, scrape(t, h)["tollgate_sqlite_disk_full"], "the reserve is in place")
 	key := func(i int) string { return fmt.Sprintf("%06d-%s", i, strings.Repeat("k", 240)) }
 
 	admitted := 0
@@ -46,6 +47,7 @@ func TestFullDiskAnswers503ThenRecoversAfterPrune(t *testing.T) {
 	status, detail := readyz(t, h)
 	assert.Equal(t, http.StatusServiceUnavailable, status, "not ready while the disk is full")
 	assert.Contains(t, detail, "disk full")
+	assert.Equal(t, 1.0, scrape(t, h)["tollgate_sqlite_disk_full"], "the reserve is used up")
 
 	clock.Advance(3 * time.Minute)
 	pruned, err := a.Prune(context.Background())
@@ -53,6 +55,7 @@ func TestFullDiskAnswers503ThenRecoversAfterPrune(t *testing.T) {
 	assert.GreaterOrEqual(t, pruned, int64(admitted), "every window row expired")
 	status, detail = readyz(t, h)
 	assert.Equal(t, http.StatusOK, status, "ready again after the prune: %s", detail)
+	assert.Equal(t, 0.0, scrape(t, h)["tollgate_sqlite_disk_full"], "the prune wrote the reserve again")
 	for i := range 100 {
 		code, body = ping(t, h, key(admitted+1+i))
 		require.Equal(t, http.StatusOK, code, "a new client after the prune: %v", body)

@@ -80,6 +80,10 @@ func TestSQLiteStoreGauges(t *testing.T) {
 	assert.Equal(t, 5.0, m["tollgate_sqlite_writer_batches_total"])
 	assert.Equal(t, 0.0, m["tollgate_sqlite_writer_replays_total"])
 	assert.NotContains(t, m, "tollgate_memory_keys")
+	assert.Equal(t, 0.0, m["tollgate_sqlite_disk_full"], "the reserve is in place")
+	// What a full disk leaves behind: the reserve given to the database.
+	require.NoError(t, os.Remove(path+"-reserve"))
+	assert.Equal(t, 1.0, scrape(t, a.Handler())["tollgate_sqlite_disk_full"], "the reserve is gone")
 }
 
 // reloadFixture is an app on a YAML file that the test rewrites, reloaded
@@ -295,4 +299,37 @@ func TestReloadWhileServing(t *testing.T) {
 	reloader.Wait()
 	assert.Positive(t, scrape(t, h)[`tollgate_config_reloads_total{result="success"}`])
 	assert.Empty(t, f.logs.matching("reload refused"))
+}
+
+// The gateway rules are reloaded with the policies: a rule added, changed
+// or removed takes effect without a restart, and logs no restart warning.
+func TestReloadAppliesTheGatewayRules(t *testing.T) {
+	const policies = "policies:\n  gw: {algorithm: fixed_window, limit: 1, window: 60s}\n"
+	f := newReloadFixture(t, policies)
+	h := f.app.Handler()
+	ask := func(uri string) int {
+		r := httptest.NewRequest(http.MethodGet, "/v1/forward-auth", nil)
+		r.Header.Set("X-Forwarded-Uri", uri)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	assert.Equal(t, http.StatusOK, ask("/api/x"))
+	assert.Equal(t, http.StatusOK, ask("/api/x"), "no rule yet: unlimited")
+
+	f.write(t, policies+"gateway:\n  - {match: {path_prefix: /api/}, policies: [gw], key: global}\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	assert.Equal(t, http.StatusOK, ask("/api/x"))
+	assert.Equal(t, http.StatusTooManyRequests, ask("/api/x"), "the new rule limits")
+	assert.Equal(t, http.StatusOK, ask("/other/x"))
+
+	f.write(t, policies+"gateway:\n  - {match: {path_prefix: /other/}, policies: [gw], key: global}\n")
+	require.NoError(t, f.app.Reload(context.Background()))
+	assert.Equal(t, http.StatusOK, ask("/api/x"), "the rule moved away")
+	assert.Equal(t, http.StatusTooManyRequests, ask("/other/x"), "the same policy's budget, already spent")
+
+	f.write(t, policies+"gateway:\n  - {match: {path_prefix: /api/}, policies: [nope], key: global}\n")
+	require.Error(t, f.app.Reload(context.Background()))
+	assert.Equal(t, http.StatusOK, ask("/api/x"), "a refused reload keeps the rules in force")
+	assert.Empty(t, f.logs.matching("restart"), "gateway rules need no restart")
 }

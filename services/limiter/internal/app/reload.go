@@ -64,8 +64,8 @@ func (a *App) policiesOf(cfg config.Config) []limiter.Policy {
 	return ps
 }
 
-// Reload reads the configuration again and replaces the policies and routes
-// without dropping a request: the new set is validated completely (the
+// Reload reads the configuration again and replaces the policies, routes
+// and gateway rules without dropping a request: the new set is validated completely (the
 // configuration's own checks, then a probe that the store can decide every
 // policy), then swapped in atomically; requests in flight finish on the
 // policies they started with. On any error the running policies stay, and
@@ -186,7 +186,7 @@ func restartSettings(running, loaded config.Config) []string {
 	var changed []string
 	for i := range rv.NumField() {
 		f := rv.Type().Field(i)
-		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" {
+		if !f.IsExported() || f.Name == "Policies" || f.Name == "RoutePolicies" || f.Name == "OnStoreError" || f.Name == "DecisionAPI" || f.Name == "Gateway" {
 			continue
 		}
 		if !reflect.DeepEqual(rv.Field(i).Interface(), lv.Field(i).Interface()) {

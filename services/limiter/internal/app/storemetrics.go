@@ -22,6 +22,8 @@ var (
 		"New keys a full memory store refused (--memory-refuse-when-full).", nil, nil)
 	sqliteFileDesc = prometheus.NewDesc("tollgate_sqlite_file_bytes",
 		"Size of the SQLite database file plus its write-ahead log, in bytes.", nil, nil)
+	sqliteDiskFullDesc = prometheus.NewDesc("tollgate_sqlite_disk_full",
+		"1 while the SQLite store refuses decisions because the disk filled (its --sqlite-disk-reserve file is used up), else 0.", nil, nil)
 	sqliteBatchesDesc = prometheus.NewDesc("tollgate_sqlite_writer_batches_total",
 		"Transactions the SQLite writer began, each for a batch of queued requests (group commit).", nil, nil)
 	sqliteRequestsDesc = prometheus.NewDesc("tollgate_sqlite_writer_requests_total",
@@ -56,7 +58,7 @@ type sqliteCollector struct {
 }
 
 func (c sqliteCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{sqliteFileDesc, sqliteBatchesDesc, sqliteRequestsDesc, sqliteReplaysDesc} {
+	for _, d := range []*prometheus.Desc{sqliteFileDesc, sqliteDiskFullDesc, sqliteBatchesDesc, sqliteRequestsDesc, sqliteReplaysDesc} {
 		ch <- d
 	}
 }
@@ -67,6 +69,11 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 	} else {
 		ch <- prometheus.MustNewConstMetric(sqliteFileDesc, prometheus.GaugeValue, float64(n))
 	}
+	full := 0.0
+	if c.s.DiskFull() {
+		full = 1
+	}
+	ch <- prometheus.MustNewConstMetric(sqliteDiskFullDesc, prometheus.GaugeValue, full)
 	st := c.s.Stats()
 	ch <- prometheus.MustNewConstMetric(sqliteBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 	ch <- prometheus.MustNewConstMetric(sqliteRequestsDesc, prometheus.CounterValue, float64(st.Applied))

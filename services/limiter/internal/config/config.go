@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
@@ -175,6 +176,9 @@ type Config struct {
 	MemoryPolicyMaxKeys map[string]int
 	// Policies by name.
 	Policies map[string]limiter.Policy
+	// Gateway are the rules of /v1/forward-auth, in order (first match
+	// wins), validated by gateway.New; empty: every request passes.
+	Gateway []gateway.Rule
 	// RoutePolicies maps each of Routes to the names of its policies, in
 	// evaluation order; every name is a key of Policies.
 	RoutePolicies map[string][]string

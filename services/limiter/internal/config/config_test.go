@@ -97,6 +97,32 @@ func TestLoadPrecedence(t *testing.T) {
 	}
 }
 
+// A setting given by flag or environment is not read from the file: the
+// file's value, valid where the file is deployed (a folder under /etc), need
+// not be valid where it is overridden. Values nothing overrides are still
+// checked.
+func TestOverriddenFileSettingsAreNotChecked(t *testing.T) {
+	folder := t.TempDir()
+	file := writeYAML(t, "envoy_config: /nonexistent/ratelimit\nprune_interval: 3m\n")
+	for name, tt := range map[string]struct {
+		args []string
+		env  map[string]string
+	}{
+		"env":  {[]string{"--config", file}, map[string]string{"LIMITER_ENVOY_CONFIG": folder}},
+		"flag": {[]string{"--config", file, "--envoy-config", folder}, nil},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, err := Load(tt.args, env(tt.env))
+			require.NoError(t, err)
+			assert.Equal(t, folder, c.EnvoyConfig)
+			assert.Equal(t, 3*time.Minute, c.PruneInterval, "the rest of the file applies")
+		})
+	}
+	_, err := Load([]string{"--config", file}, env(nil))
+	require.ErrorIs(t, err, ErrInvalid)
+	assert.EqualError(t, err, `config: envoy_config: "/nonexistent/ratelimit" is not a folder`)
+}
+
 func TestLoadEverySettingFromEachSource(t *testing.T) {
 	// Each setting is given a non-default value through the flag, the
 	// environment and the file in turn, and must land in the Config.

@@ -359,7 +359,8 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		if err != nil {
 			return Config{}, fieldError(fileField, err)
 		}
-		if err := c.applyYAML(data, from); err != nil {
+		overridden := func(s setting) bool { return given[s.name] || getenv(s.env()) != "" }
+		if err := c.applyYAML(data, from, overridden); err != nil {
 			return Config{}, err
 		}
 	}
@@ -391,6 +392,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, &Error{Field: "internal-addr", Reason: "must differ from --addr"}
 	}
 	if err := c.checkSlidingLog(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkGateway(); err != nil {
 		return Config{}, err
 	}
 	if err := c.checkTLS(from); err != nil {

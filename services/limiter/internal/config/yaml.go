@@ -15,9 +15,12 @@ import (
 )
 
 // applyYAML applies the YAML file's settings, policies and routes over c.
-// Decoding is strict: an unknown or repeated key is an error naming it.
+// Decoding is strict: an unknown or repeated key is an error naming it. A
+// setting for which overridden is true (a flag or a variable gives it) is
+// checked to be a scalar but not applied: its file value, which may name a
+// path that exists only where the file is deployed, is not the one in force.
 // Each setting it sets is recorded in from.
-func (c *Config) applyYAML(data []byte, from map[string]source) error {
+func (c *Config) applyYAML(data []byte, from map[string]source, overridden func(setting) bool) error {
 	root, err := yamlwalk.OneDocument(data)
 	if errors.Is(err, yamlwalk.ErrEmpty) {
 		// An editor or a tool caught mid-write: read as "every default", it
@@ -29,14 +32,14 @@ func (c *Config) applyYAML(data []byte, from map[string]source) error {
 	if root.Kind != yaml.MappingNode {
 		return &Error{Field: c.File, Reason: "must be a mapping of settings"}
 	}
-	err = c.yamlRoot(root, from)
+	err = c.yamlRoot(root, from, overridden)
 	if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
 		return &Error{Field: we.Path, Reason: we.ReasonLine()}
 	}
 	return err
 }
 
-func (c *Config) yamlRoot(root *yaml.Node, from map[string]source) error {
+func (c *Config) yamlRoot(root *yaml.Node, from map[string]source, overridden func(setting) bool) error {
 	byKey := make(map[string]setting, len(settings))
 	for _, s := range settings {
 		byKey[s.yamlKey()] = s
@@ -47,7 +50,7 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source) error {
 			return yamlwalk.Errorf(path, v, "unknown key")
 		}
 		text, err := settingText(k.Value, path, v)
-		if err != nil {
+		if err != nil || overridden(s) {
 			return err
 		}
 		if err := s.set(c, text); err != nil {
@@ -56,13 +59,16 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source) error {
 		from[s.name] = fromYAML
 		return nil
 	}
-	var routes *yaml.Node
+	var routes, gw *yaml.Node
 	err := yamlwalk.Mapping(root, "", func(path string, k, v *yaml.Node) error {
 		switch k.Value {
 		case "policies":
 			return c.yamlPolicies(v)
 		case "routes":
 			routes = v
+			return nil
+		case "gateway":
+			gw = v
 			return nil
 		}
 		if slices.Contains(yamlGroups, strings.ReplaceAll(k.Value, "_", "-")) {
@@ -77,7 +83,12 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source) error {
 		return err
 	}
 	if routes != nil {
-		return c.yamlRoutes(routes)
+		if err := c.yamlRoutes(routes); err != nil {
+			return err
+		}
+	}
+	if gw != nil {
+		return c.yamlGateway(gw)
 	}
 	return nil
 }

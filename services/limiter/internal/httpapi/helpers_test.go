@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
@@ -113,6 +114,8 @@ type options struct {
 	OffendersRawKeys      bool
 	// Envoy, when set, serves POST /json.
 	Envoy *envoy.Rules
+	// Gateway are the rules of /v1/forward-auth.
+	Gateway []gateway.Rule
 }
 
 // server is one engine under test with its fake clock, store and logs.
@@ -166,7 +169,7 @@ func (s *server) Reload(policies []limiter.Policy, pingRoute, checkRoute []strin
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies: policies, PingRoute: pingRoute, CheckRoute: checkRoute,
 		Store: s.store, StoreName: s.opts.StoreName, Clock: s.clock,
-		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy,
+		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy, Gateway: s.opts.Gateway,
 	})
 	if err != nil {
 		return err

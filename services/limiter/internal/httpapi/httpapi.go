@@ -68,7 +68,7 @@ const (
 	// PublicRoutes serves the seed routes and health only: what clients
 	// reach when the decision APIs are on an internal listener.
 	PublicRoutes
-	// InternalRoutes serves /v1/check, POST /json, /metrics, /admin/* and
+	// InternalRoutes serves /v1/check, /v1/forward-auth, POST /json, /metrics, /admin/* and
 	// health: for trusted callers (gateways, operators, Prometheus).
 	InternalRoutes
 )
@@ -176,6 +176,9 @@ func New(o Options) (*gin.Engine, error) {
 	}
 	if o.Listener != PublicRoutes {
 		e.POST("/v1/check", h.serve(h.handleV1Check))
+		for _, m := range forwardAuthMethods {
+			e.Handle(m, ForwardAuthPath, h.serve(h.handleForwardAuth))
+		}
 		get("/admin/offenders", h.serve(h.handleOffenders))
 		if o.Snapshot().Envoy != nil {
 			e.POST("/json", h.serve(h.handleEnvoyJSON))

@@ -25,7 +25,8 @@ type problem struct {
 	// cause, when set, is logged (a store error).
 	cause error
 	// refusal, when set, makes the answer the library's 429 problem, as
-	// its middleware answers (status, detail and retryAfter are its own).
+	// its middleware answers (detail and retryAfter are its own), in
+	// status (429 unless a forward-auth caller asked for another).
 	refusal *refusal
 }
 
@@ -89,7 +90,7 @@ func (h *handler) writeProblem(c *gin.Context, p *problem) {
 		instance = "urn:tollgate:request:" + id
 	}
 	if r := p.refusal; r != nil {
-		httplimit.WriteLimited(c.Writer, r.policy, r.decision, instance)
+		httplimit.WriteRefused(c.Writer, p.status, r.policy, r.decision, instance)
 		c.Abort()
 		return
 	}

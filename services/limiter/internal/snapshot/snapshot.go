@@ -1,6 +1,6 @@
 // Package snapshot holds the configuration a request is served with: every
 // part that a reload changes (the policies, the seed routes, the Envoy
-// rules and, through the store, each policy's on_store_error mode), built
+// rules, the gateway rules and, through the store, each policy's on_store_error mode), built
 // and validated whole by New and never changed afterwards. The service
 // publishes the one in force through one atomic.Pointer; each request
 // loads it once and finishes on it, whatever a reload publishes meanwhile.
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
@@ -47,6 +48,8 @@ type Parts struct {
 	DecisionAPI []string
 	// Budget bounds each request's decisions (decide.Options.Budget).
 	Budget time.Duration
+	// Gateway are the rules of /v1/forward-auth, in order; nil: none.
+	Gateway []gateway.Rule
 }
 
 // Snapshot is one configuration in force. It is immutable.
@@ -62,10 +65,14 @@ type Snapshot struct {
 	Envoy *envoy.Rules
 	// Identity resolves whose budget a request spends. Never nil.
 	Identity *identity.Resolver
+	// Gateway are the rules of /v1/forward-auth; never nil (no rule: every
+	// request passes). GatewayPlan returns a rule's plan.
+	Gateway *gateway.Rules
 
 	policies []limiter.Policy
 	seed     map[string]bool         // seed routes' policies closed to /v1/check
 	single   map[string]*decide.Plan // /v1/check: one plan per policy
+	gateway  []*decide.Plan          // one per gateway rule
 }
 
 // New validates every policy, resolves the routes' names and returns the
@@ -106,6 +113,16 @@ func New(p Parts) (*Snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
+	rules, err := gateway.New(p.Gateway)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	gwPlans := make([]*decide.Plan, rules.Len())
+	for i := range gwPlans {
+		if gwPlans[i], err = resolve(fmt.Sprintf("gateway[%d]", i), rules.Rule(i).Policies); err != nil {
+			return nil, err
+		}
+	}
 	dec, err := decide.New(decide.Options{Store: p.Store, StoreName: p.StoreName, Clock: p.Clock, Metrics: p.Metrics, Offenders: p.Offenders, Budget: p.Budget})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
@@ -117,6 +134,8 @@ func New(p Parts) (*Snapshot, error) {
 		Check:    check,
 		Envoy:    p.Envoy,
 		Identity: p.Identity,
+		Gateway:  rules,
+		gateway:  gwPlans,
 		policies: slices.Clone(p.Policies),
 		single:   make(map[string]*decide.Plan, len(byName)),
 		seed:     map[string]bool{},
@@ -143,6 +162,9 @@ func (s *Snapshot) Single(name string) (*decide.Plan, bool) {
 	p, ok := s.single[name]
 	return p, ok
 }
+
+// GatewayPlan returns the plan of gateway rule i (0 <= i < Gateway.Len()).
+func (s *Snapshot) GatewayPlan(i int) *decide.Plan { return s.gateway[i] }
 
 // Stored returns every policy whose state the store keeps: the configured
 // ones, then those the Envoy rules derive.
