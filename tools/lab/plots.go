@@ -5,8 +5,11 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -45,7 +48,14 @@ func (r *accuracyReport) plot(dir, name string) error {
 func (r *accuracyReport) plotErrors(path string) error {
 	p := plot.New()
 	p.Add(plotter.NewGrid())
-	p.Title.Text = fmt.Sprintf("%s trace: decisions that differ from an exact sliding log (%d requests)", r.Trace.Kind, r.Requests)
+	var shares []string
+	for _, a := range r.Algorithms {
+		if a.Algorithm != string(limiter.SlidingLog) {
+			shares = append(shares, fmt.Sprintf("%s %.1f%%", a.Algorithm, 100*a.ErrorShare))
+		}
+	}
+	p.Title.Text = fmt.Sprintf("%s trace (%d requests): share of decisions an exact sliding log takes the other way\n%s",
+		r.Trace.Kind, r.Requests, strings.Join(shares, ", "))
 	p.Y.Label.Text = "share of all requests (%)"
 	allows, refusals := make(plotter.Values, len(r.Algorithms)), make(plotter.Values, len(r.Algorithms))
 	names := make([]string, len(r.Algorithms))
@@ -53,6 +63,7 @@ func (r *accuracyReport) plotErrors(path string) error {
 		allows[i], refusals[i], names[i] = 100*a.FalseAllowShare, 100*a.FalseRefusalShare, a.Algorithm
 	}
 	w := vg.Points(28)
+	top := 0.0
 	for i, set := range []struct {
 		label string
 		vals  plotter.Values
@@ -66,9 +77,31 @@ func (r *accuracyReport) plotErrors(path string) error {
 		bars.Offset = vg.Length(2*i-1) * w / 2
 		p.Add(bars)
 		p.Legend.Add(set.label, bars)
+		// A value on each bar; 0 where the bar is absent (sliding_log is
+		// the truth, so it has none).
+		xys := make(plotter.XYs, len(set.vals))
+		texts := make([]string, len(set.vals))
+		for j, v := range set.vals {
+			xys[j] = plotter.XY{X: float64(j), Y: v}
+			texts[j] = fmt.Sprintf("%.1f%%", v)
+			top = max(top, v)
+		}
+		labels, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: texts})
+		if err != nil {
+			return fmt.Errorf("lab: plot: %w", err)
+		}
+		labels.Offset.X = vg.Length(2*i-1) * w / 2
+		for j := range labels.TextStyle {
+			labels.TextStyle[j].XAlign = -0.5
+			labels.TextStyle[j].YAlign = 0
+		}
+		p.Add(labels)
 	}
+	names[slices.Index(names, string(limiter.SlidingLog))] += "\n(the truth: no error)"
 	p.Legend.Top = true
+	p.Legend.Left = false
 	p.Y.Min = 0
+	p.Y.Max = 1.25*top + 0.1 // headroom for the labels and the legend
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 	return save(p, path)
@@ -86,10 +119,6 @@ func (r *accuracyReport) plotWorst(path string) error {
 	for _, n := range s.attempts {
 		attempts += n
 	}
-	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests in these windows, %d false decisions in all): admitted in the last window",
-		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses)
-	p.X.Label.Text = "seconds since " + time.Unix(0, s.origin).UTC().Format(time.RFC3339Nano)
-	p.Y.Label.Text = "units admitted in the last window"
 	// The series starts worstLead windows before the first disagreement;
 	// its first window only fills the trailing sums and is not drawn.
 	line := func(counts []int64) plotter.XYs {
@@ -106,6 +135,23 @@ func (r *accuracyReport) plotWorst(path string) error {
 		}
 		return xy
 	}
+	var peaks []string
+	top := float64(r.Policy.Limit)
+	for a, alg := range labAlgorithms {
+		if alg == limiter.SlidingLog {
+			continue
+		}
+		peak := 0.0
+		for _, xy := range line(s.algs[a]) {
+			peak = max(peak, xy.Y)
+		}
+		top = max(top, peak)
+		peaks = append(peaks, fmt.Sprintf("%s %.2f×", alg, peak/float64(r.Policy.Limit)))
+	}
+	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests here, %d false decisions in all), where the algorithms first disagree\nmost admitted in one window, ÷ the limit: %s (the exact log never exceeds 1×)",
+		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses, strings.Join(peaks, ", "))
+	p.X.Label.Text = "seconds since " + time.Unix(0, s.origin).UTC().Format(time.RFC3339Nano)
+	p.Y.Label.Text = "units admitted in the last window"
 	exact, err := plotter.NewLine(line(s.exact))
 	if err != nil {
 		return fmt.Errorf("lab: plot: %w", err)
@@ -134,6 +180,7 @@ func (r *accuracyReport) plotWorst(path string) error {
 	p.Legend.Add("limit", limit)
 	p.Legend.Top = true
 	p.Y.Min = 0
+	p.Y.Max = 1.3 * top
 	return save(p, path)
 }
 
