@@ -100,10 +100,14 @@ func (c traceConfig) describe() string {
 
 // name is the trace's short name, for file names and headings.
 func (c traceConfig) name() string {
+	name := c.kind
 	if c.kind == kindFile {
-		return strings.TrimSuffix(filepath.Base(c.file), filepath.Ext(c.file))
+		name = strings.TrimSuffix(filepath.Base(c.file), filepath.Ext(c.file))
 	}
-	return c.kind
+	if c.truth == truthAttempts {
+		name += "-attempts"
+	}
+	return name
 }
 
 // accuracyReport is the result of `lab accuracy`, as printed with --json.

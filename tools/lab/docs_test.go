@@ -25,7 +25,7 @@ const (
 func labTableRows(r allReport) map[string]func(alg string) []float64 {
 	acc := func(kind string, alg string) algAccuracy {
 		for _, a := range r.Accuracy {
-			if a.Trace.Kind != kind {
+			if a.Trace.Kind != kind || a.Truth == truthAttempts {
 				continue
 			}
 			for _, x := range a.Algorithms {

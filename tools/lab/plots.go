@@ -48,14 +48,19 @@ func (r *accuracyReport) plot(dir, name string) error {
 func (r *accuracyReport) plotErrors(path string) error {
 	p := plot.New()
 	p.Add(plotter.NewGrid())
+	attempts := r.Truth == truthAttempts
 	var shares []string
 	for _, a := range r.Algorithms {
-		if a.Algorithm != string(limiter.SlidingLog) {
+		if attempts || a.Algorithm != string(limiter.SlidingLog) {
 			shares = append(shares, fmt.Sprintf("%s %.1f%%", a.Algorithm, 100*a.ErrorShare))
 		}
 	}
 	p.Title.Text = fmt.Sprintf("%s trace (%d requests): share of decisions an exact sliding log takes the other way\n%s",
 		r.Trace.Kind, r.Requests, strings.Join(shares, ", "))
+	if attempts {
+		p.Title.Text = fmt.Sprintf("%s trace (%d requests), every attempt counted: share of requests wrongly allowed or limited\n%s",
+			r.Trace.Kind, r.Requests, strings.Join(shares, ", "))
+	}
 	p.Y.Label.Text = "share of all requests (%)"
 	allows, refusals := make(plotter.Values, len(r.Algorithms)), make(plotter.Values, len(r.Algorithms))
 	names := make([]string, len(r.Algorithms))
@@ -97,7 +102,9 @@ func (r *accuracyReport) plotErrors(path string) error {
 		}
 		p.Add(labels)
 	}
-	names[slices.Index(names, string(limiter.SlidingLog))] += "\n(the truth: no error)"
+	if !attempts {
+		names[slices.Index(names, string(limiter.SlidingLog))] += "\n(the truth: no error)"
+	}
 	p.Legend.Top = true
 	p.Legend.Left = false
 	p.Y.Min = 0
