@@ -5,13 +5,15 @@
 #
 # BIN_DIR holds the built limiter and atk binaries (make build). The script
 # starts, on free loopback ports and with temporary SQLite files:
-#   - a service with a random LIMITER_ADMIN_KEY (the main target),
+#   - a service with a random LIMITER_ADMIN_KEY that trusts 127.0.0.2 as a
+#     proxy (the main target; atk connects from 127.0.0.2 as that proxy),
 #   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target), and
 #   - a strict service: identity headers believed from trusted proxies only
 #     (none here), decision APIs on an internal listener (the strict target),
 # waits until they answer GET /healthz, runs
 #   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2 \
-#       --strict-target http://127.0.0.1:P3 --strict-internal-target http://127.0.0.1:P4
+#       --strict-target http://127.0.0.1:P3 --strict-internal-target http://127.0.0.1:P4 \
+#       --trusted-proxy 127.0.0.2
 # (extra arguments are passed on to atk, e.g. --junit FILE), stops the
 # services whatever happens, prints their logs when the suite fails, and
 # exits with atk's status (2 when a service never becomes healthy).
@@ -38,7 +40,8 @@ limiter() {
 }
 
 key="atk-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
-limiter a "$key"
+proxy=127.0.0.2
+limiter a "$key" --trusted-proxies "$proxy"
 limiter b ""
 mkdir "$tmp/envoy"
 echo "domain: atk" >"$tmp/envoy/atk.yaml"
@@ -47,7 +50,7 @@ limiter c "$key" --identity-headers trusted-proxies --internal-addr "127.0.0.1:$
 
 status=0
 LIMITER_ADMIN_KEY="$key" "$bin/atk" --target "http://127.0.0.1:$port_a" --closed-target "http://127.0.0.1:$port_b" \
-	--strict-target "http://127.0.0.1:$port_c" --strict-internal-target "http://127.0.0.1:$internal" "$@" || status=$?
+	--strict-target "http://127.0.0.1:$port_c" --strict-internal-target "http://127.0.0.1:$internal" --trusted-proxy "$proxy" "$@" || status=$?
 if [ "$status" -ne 0 ]; then
 	echo "atk.sh: the suite exited with status $status; service logs follow" >&2
 	print_logs

@@ -26,7 +26,10 @@
 #      from its source, `go build ./src/service_cmd`; nothing of it is in
 #      this repository): wrk on POST /json, Tollgate on Redis against the
 #      peer on the same redis-server, with the same Envoy-format config
-#      (tools/loadgen/configs/envoy-bench).
+#      (tools/loadgen/configs/envoy-bench); and `loadgen bench --generator
+#      grpc`: Envoy's gRPC ShouldRateLimit, BENCH_CONNECTIONS callers over
+#      BENCH_GRPC_CONNS (default 4) connections, on the peer, Tollgate on
+#      the same Redis, and Tollgate on the memory store (the peer has none).
 #
 # Each closed-loop table gives the median req/s over BENCH_ROUNDS rounds
 # (default 3) of BENCH_DURATION (default 5s) with BENCH_CONNECTIONS
@@ -122,6 +125,7 @@ targets=(
 	--target "sqlite=http://127.0.0.1:$port_sqlite@$pid_sqlite"
 )
 json_targets=()
+grpc_targets=()
 if command -v redis-server >/dev/null; then
 	start redisd listening redis-server --port "{port}" --bind 127.0.0.1 --save "" --appendonly no --dir "$tmp"
 	service redis redis --redis-url "redis://127.0.0.1:$port_redisd/0" --redis-timeout "$redis_timeout"
@@ -130,7 +134,11 @@ if command -v redis-server >/dev/null; then
 		envoy_config="$root/tools/loadgen/configs/envoy-bench"
 		mkdir -p "$tmp/runtime/ratelimit/config"
 		cp "$envoy_config"/*.yaml "$tmp/runtime/ratelimit/config/"
-		service tollgate redis --redis-url "redis://127.0.0.1:$port_redisd/0" --redis-timeout "$redis_timeout" --envoy-config "$envoy_config"
+		tollgate_grpc=$(free_port)
+		tollmem_grpc=$(free_port)
+		service tollgate redis --redis-url "redis://127.0.0.1:$port_redisd/0" --redis-timeout "$redis_timeout" --envoy-config "$envoy_config" \
+			--grpc-addr "127.0.0.1:$tollgate_grpc"
+		service tollmem memory --envoy-config "$envoy_config" --grpc-addr "127.0.0.1:$tollmem_grpc"
 		grpc_port=$(free_port)
 		debug_port=$(free_port)
 		start peer peer_healthy env HOST=127.0.0.1 PORT="{port}" GRPC_HOST=127.0.0.1 GRPC_PORT="$grpc_port" \
@@ -140,6 +148,11 @@ if command -v redis-server >/dev/null; then
 		json_targets=(
 			--target "peer=http://127.0.0.1:$port_peer@$pid_peer+$pid_redisd"
 			--target "tollgate=http://127.0.0.1:$port_tollgate@$pid_tollgate+$pid_redisd"
+		)
+		grpc_targets=(
+			--target "peer=grpc://127.0.0.1:$grpc_port@$pid_peer+$pid_redisd"
+			--target "tollgate=grpc://127.0.0.1:$tollgate_grpc@$pid_tollgate+$pid_redisd"
+			--target "tollgate-memory=grpc://127.0.0.1:$tollmem_grpc@$pid_tollmem"
 		)
 	fi
 else
@@ -174,7 +187,12 @@ else
 			"${json_targets[@]}" --baseline peer --generator wrk --route json --fixed-rate 0 --goal tollgate=2.5 "$@"
 	fi
 fi
-for name in baseline fields memory sqlite redisd redis tollgate peer; do
+if [ ${#grpc_targets[@]} -gt 0 ]; then
+	bench "gRPC ShouldRateLimit: Tollgate on Redis and on memory against envoyproxy/ratelimit on the same Redis" \
+		"${grpc_targets[@]}" --baseline peer --generator grpc --route grpc --grpc-conns "${BENCH_GRPC_CONNS:-4}" \
+		--fixed-rate 0 --goal tollgate=2 "$@"
+fi
+for name in baseline fields memory sqlite redisd redis tollgate tollmem peer; do
 	pidvar="pid_$name"
 	if [ -n "${!pidvar:-}" ] && ! kill -0 "${!pidvar}" 2>/dev/null; then
 		echo "$me: $name died during the run; its log:" >&2

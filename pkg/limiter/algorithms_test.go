@@ -1,6 +1,7 @@
 package limiter_test
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -129,4 +130,63 @@ func TestTokenBucketDecide(t *testing.T) {
 	assert.False(t, d.Allowed, "a clock one second back finds the bucket emptier")
 	assert.Equal(t, time.Second+tick, d.RetryAfter)
 	assert.Equal(t, tat, next)
+}
+
+// SlidingWindowDecide is exported for library callers, who may not check a
+// request as the stores do: a cost above the limit, or counts and costs at
+// the ends of int64, are a clean refusal, never a panic.
+func TestSlidingWindowDecideOutOfRange(t *testing.T) {
+	p := pol(limiter.SlidingWindow, 4, time.Minute)
+	mid := t0.Add(30 * time.Second)
+	for _, tc := range []struct {
+		name            string
+		prev, cur, cost int64
+	}{
+		{"cost over the limit, empty key", 0, 0, 5},
+		{"cost over the limit, counted key", 2, 1, 5},
+		{"huge cost", 1, 1, math.MaxInt64},
+		{"huge current count", 0, math.MaxInt64, 1},
+		{"huge previous count", math.MaxInt64, 0, 1},
+		{"huge everything", math.MaxInt64, math.MaxInt64, math.MaxInt64},
+		{"negative counts", -1, math.MinInt64, 1},
+		{"most negative cost", 0, 0, math.MinInt64},
+	} {
+		d := limiter.SlidingWindowDecide(p, tc.prev, tc.cur, tc.cost, mid)
+		assert.False(t, d.Allowed && tc.cost > p.Limit, "%s: a cost over the limit never passes", tc.name)
+		assert.True(t, d.Remaining >= 0 && d.Remaining <= p.Limit, "%s: remaining %d", tc.name, d.Remaining)
+		assert.True(t, d.Count >= 0 && d.ResetAfter >= 0 && d.RetryAfter >= 0, "%s: %+v", tc.name, d)
+		assert.Equal(t, !d.Allowed, d.RetryAfter > 0, "%s: a refusal says when to retry: %+v", tc.name, d)
+	}
+	d := limiter.SlidingWindowDecide(p, 2, 1, 5, mid)
+	assert.Equal(t, limiter.Decision{Limit: 4, Count: 2, Remaining: 2, WindowStart: mid.Add(-time.Minute), ResetAfter: 90 * time.Second, RetryAfter: 30 * time.Second}, d,
+		"a cost over the limit: refused, uncounted, retry when the window ends")
+	assert.Equal(t, limiter.Decision{Limit: 0}, limiter.SlidingWindowDecide(limiter.Policy{Limit: 0, Window: time.Minute}, 0, 0, 1, mid), "an invalid policy refuses")
+}
+
+// FuzzSlidingWindowDecide feeds SlidingWindowDecide anything at all: it
+// never panics, a cost over the limit never passes, and the numbers stay in
+// range for a valid policy.
+func FuzzSlidingWindowDecide(f *testing.F) {
+	f.Add(int64(4), int64(60e9), int64(0), int64(0), int64(5), t0.UnixNano())
+	f.Add(int64(4), int64(60e9), int64(2), int64(1), int64(math.MaxInt64), t0.UnixNano())
+	f.Add(int64(limiter.MaxLimit), int64(limiter.MaxWindow), int64(math.MaxInt64), int64(math.MaxInt64), int64(math.MinInt64), int64(math.MaxInt64))
+	f.Add(int64(3), int64(0), int64(0), int64(0), int64(1), int64(0))
+	f.Fuzz(func(t *testing.T, limit, window, prev, cur, cost, now int64) {
+		p := limiter.Policy{Name: "fuzz", Algorithm: limiter.SlidingWindow, Limit: limit, Window: time.Duration(window)}
+		d := limiter.SlidingWindowDecide(p, prev, cur, cost, time.Unix(0, now))
+		if d.Allowed && cost > limit {
+			t.Fatalf("cost %d over limit %d allowed: %+v", cost, limit, d)
+		}
+		if p.Validate() != nil {
+			return
+		}
+		switch {
+		case d.Remaining < 0 || d.Remaining > limit || d.Count < 0:
+			t.Fatalf("numbers out of range: %+v", d)
+		case d.ResetAfter < 0 || d.RetryAfter < 0 || d.RetryAfter > 2*p.Window:
+			t.Fatalf("durations out of range: %+v", d)
+		case d.Allowed == (d.RetryAfter > 0):
+			t.Fatalf("allowed=%v with retry after %s", d.Allowed, d.RetryAfter)
+		}
+	})
 }

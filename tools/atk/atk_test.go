@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -55,6 +56,7 @@ func fakeLimiter(args []string) int {
 	fs.String("store", "sqlite", "")
 	fs.String("identity-headers", "any", "")
 	fs.String("envoy-config", "", "")
+	proxy := fs.String("trusted-proxies", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -64,6 +66,7 @@ func fakeLimiter(args []string) int {
 		return 1
 	}
 	ref.strict = *internal != ""
+	ref.proxy, _ = netip.ParseAddr(*proxy) // the script's address, or none
 	var servers []*http.Server
 	for _, l := range []struct {
 		addr   string
@@ -96,6 +99,7 @@ func fakeLimiter(args []string) int {
 func testConfig(t *testing.T, key string, f flaws, all bool) *Config {
 	cfg := &Config{Target: newReference(t, key, f), AdminKey: key, V1Policy: "api", Seed: 7, Client: &http.Client{Timeout: 5 * time.Second}}
 	if all {
+		cfg.TrustedProxy = refProxy
 		cfg.Closed = newReference(t, "", f)
 		cfg.Strict, cfg.StrictInternal = newStrictReference(t, key, f)
 	}
@@ -147,7 +151,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -158,6 +162,7 @@ func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	assert.Contains(t, notes["ATK-24"][0], "admin key is unset")
 	assert.Contains(t, notes["ATK-32"][0], "no --closed-target")
 	assert.Contains(t, notes["ATK-36"][0], "no --strict-target")
+	assert.Contains(t, notes["ATK-41"][0], "no --trusted-proxy")
 	for _, id := range []string{"ATK-07", "ATK-08", "ATK-09", "ATK-27"} {
 		require.NotEmpty(t, notes[id], id)
 		assert.Contains(t, notes[id][0], "expected 403 (the key is checked before the path)", id)
@@ -171,7 +176,7 @@ var variants = []struct {
 	fail []string
 }{
 	{"answers 200 to everything", flaws{all200: true}, allExcept("ATK-28")},
-	{"trusts forwarding headers", flaws{trustForwarded: true}, []string{"ATK-18", "ATK-19"}},
+	{"trusts forwarding headers", flaws{trustForwarded: true}, []string{"ATK-18", "ATK-19", "ATK-40", "ATK-41"}},
 	{"no admin check", flaws{noAdminCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-32"}},
 	{"not fail-closed without a key", flaws{notFailClosed: true}, []string{"ATK-32"}},
 	{"resets before checking the key", flaws{resetBeforeCheck: true}, []string{"ATK-05", "ATK-06", "ATK-24", "ATK-34"}},
@@ -194,7 +199,7 @@ var variants = []struct {
 	{"no body limit", flaws{noBodyLimit: true}, []string{"ATK-20"}},
 	{"every method accepted", flaws{anyMethod: true}, []string{"ATK-23"}},
 	{"8 MiB headers accepted", flaws{bigHeaders: true}, []string{"ATK-28"}},
-	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33", "ATK-36"}},
+	{"bare 429", flaws{bare429: true}, []string{"ATK-18", "ATK-19", "ATK-33", "ATK-36", "ATK-40"}},
 	{"records refused attempts", flaws{recordsDenied: true}, []string{"ATK-33"}},
 	{"charges malformed requests", flaws{chargesInvalid: true}, []string{"ATK-29"}},
 	{"unknown policy falls back", flaws{defaultPolicy: true}, []string{"ATK-30"}},
@@ -203,6 +208,8 @@ var variants = []struct {
 	{"/v1/check charges seed policies", flaws{v1SeedPolicies: true}, []string{"ATK-38"}},
 	{"believes X-Client-Key from anyone", flaws{trustClientKey: true}, []string{"ATK-36"}},
 	{"decision APIs on the public listener", flaws{decisionAPIsPublic: true}, []string{"ATK-39"}},
+	{"IPv6 addresses keyed apart", flaws{ipv6Apart: true}, []string{"ATK-40", "ATK-41"}},
+	{"forwarded ports and bad entries key by the proxy", flaws{forwardedFallback: true}, []string{"ATK-41"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.
@@ -307,8 +314,9 @@ func TestRunExitCodes(t *testing.T) {
 		{"target unreachable", nil, []string{"--target", down}, exitUsage, "", "unreachable"},
 		{"closed target unreachable", nil, []string{"--target", good, "--closed-target", down}, exitUsage, "", down + " unreachable"},
 		{"target unhealthy", nil, []string{"--target", unhealthy.URL}, exitUsage, "", "not healthy: GET /healthz answered 503"},
+		{"bad trusted proxy", nil, []string{"--target", good, "--trusted-proxy", "127.0.0.1"}, exitUsage, "", "want an IPv4 loopback address other than 127.0.0.1"},
 		{"internal without strict", nil, []string{"--target", good, "--strict-internal-target", strictInternal}, exitUsage, "", "needs --strict-target"},
-		{"all pass", withKey, []string{"--target", good, "--closed-target", closed, "--strict-target", strict, "--strict-internal-target", strictInternal, "--seed", "42"}, exitPass,
+		{"all pass", withKey, []string{"--target", good, "--closed-target", closed, "--strict-target", strict, "--strict-internal-target", strictInternal, "--trusted-proxy", refProxy.String(), "--seed", "42"}, exitPass,
 			fmt.Sprintf("%d passed, 0 failed, 0 skipped", len(Cases)), ""},
 		{"a failure", withKey, []string{"--target", broken, "--only", "ATK-01"}, exitFail, "expected: 400 actual : 200", ""},
 		{"key from another variable", map[string]string{"K": testKey}, []string{"--target", good, "--admin-key-env", "K", "--only", "ATK-24"}, exitPass,

@@ -469,6 +469,75 @@ var Cases = []Case{
 			)
 		},
 	},
+	{
+		ID: "ATK-40", Name: "IPv6 clients behind a proxy grouped by /64",
+		Desc:  "from --trusted-proxy: GET /ping with X-Forwarded-For a new address of one /64 each time -> keyed P::/64, one budget, then 429; /status?key=<another address of it> -> that count; another /64 and ::ffff:203.0.x.y (keyed 203.0.x.y) start afresh",
+		Needs: NeedTrustedProxy,
+		Then: func(e *Env) {
+			prefix := e.IPv6Net()
+			for i := int64(1); i <= maxExhaust+1; i++ {
+				r := e.Do(forwarded(e, fmt.Sprintf("%s::%x", prefix, i)))
+				what := fmt.Sprintf("GET /ping via the proxy, X-Forwarded-For %s::%x", prefix, i)
+				if r.Status == http.StatusTooManyRequests {
+					if assert.Greater(e.T, i, int64(1), "%s: the first address of a fresh /64 was refused", what) {
+						assertDenied(e, r, what)
+					}
+					break
+				}
+				if !assert.Equal(e.T, 200, r.Status, "%s: status (body %s)", what, shorten(string(r.Body), 120)) {
+					return
+				}
+				if !e.Member(r, "key", prefix+"::/64", what) || !assert.Equal(e.T, i, e.Number(r, "count", what), "%s: count (one budget for the /64)", what) {
+					return
+				}
+				if i == 2 {
+					e.Run(Step{Req: Request{Method: http.MethodGet, Path: "/status?key=" + url.QueryEscape(prefix+"::ffff")}, Want: 200, Check: func(e *Env, r *Response) {
+						assert.Equal(e.T, int64(2), e.Number(r, "count", "GET /status"), "GET /status?key=%s::ffff: the count of its /64", prefix)
+					}})
+				}
+				if i == maxExhaust+1 {
+					assert.Fail(e.T, fmt.Sprintf("GET /ping via the proxy: no 429 after %d addresses of one /64", i))
+				}
+			}
+			other, v4 := e.IPv6Net(), e.ForgedIP()
+			for _, c := range []struct{ xff, key string }{{other + "::1", other + "::/64"}, {"::ffff:" + v4, v4}} {
+				e.Run(Step{Req: forwarded(e, c.xff), Want: 200, Check: func(e *Env, r *Response) {
+					e.Member(r, "key", c.key, "GET /ping via the proxy, X-Forwarded-For "+c.xff)
+					assert.Equal(e.T, int64(1), e.Number(r, "count", "GET /ping"), "GET /ping via the proxy, X-Forwarded-For %s: a fresh budget", c.xff)
+				}})
+			}
+		},
+	},
+	{
+		ID: "ATK-41", Name: "X-Forwarded-For entries with ports or malformed",
+		Desc:  "from --trusted-proxy: X-Forwarded-For 203.0.x.y:5555 and [2001:db8:…]:443 -> keyed by the address (IPv6 its /64), each its own budget; a malformed last entry (unknown, _hidden, a bad port) -> 400 problem, and the proxy's own count unchanged",
+		Needs: NeedTrustedProxy,
+		Steps: func(e *Env) []Step {
+			v4, v6 := e.ForgedIP(), e.IPv6Net()
+			proxy := e.cfg.TrustedProxy.String()
+			var before int64
+			steps := []Step{
+				{Req: Request{Method: http.MethodGet, Path: "/status?key=" + proxy}, Want: 200, Check: func(e *Env, r *Response) {
+					before = e.Number(r, "count", "GET /status of the proxy")
+				}},
+			}
+			for _, c := range []struct{ xff, key string }{
+				{v4 + ":5555", v4}, {"198.51.100.1, " + v4 + ":6666", v4}, {"[" + v6 + "::1]:443", v6 + "::/64"},
+			} {
+				steps = append(steps, Step{Req: forwarded(e, c.xff), Want: 200, Check: func(e *Env, r *Response) {
+					e.Member(r, "key", c.key, "GET /ping via the proxy, X-Forwarded-For "+c.xff)
+				}})
+			}
+			for _, bad := range []string{"unknown", v4 + ", _hidden", v4 + ":99999"} {
+				steps = append(steps, Step{Req: forwarded(e, bad), Want: 400})
+			}
+			return append(steps, Step{Req: Request{Method: http.MethodGet, Path: "/status?key=" + proxy}, Want: 200, Check: func(e *Env, r *Response) {
+				assert.Equal(e.T, before, e.Number(r, "count", "GET /status of the proxy"), "the proxy's own count after malformed forwarded entries")
+			}}, Step{Req: Request{Method: http.MethodGet, Path: "/status?key=" + v4}, Want: 200, Check: func(e *Env, r *Response) {
+				assert.Equal(e.T, int64(2), e.Number(r, "count", "GET /status"), "GET /status?key=%s: the two requests forwarded with its ports", v4)
+			}})
+		},
+	},
 }
 
 // hdr builds a header from name, value pairs; an empty value leaves the
@@ -509,6 +578,11 @@ func reset(path, key string) Request {
 func v1(key, policy string, cost int64) Request {
 	b, _ := json.Marshal(map[string]any{"policy": policy, "key": key, "cost": cost}) // strings and an int always marshal
 	return Request{Method: http.MethodPost, Path: "/v1/check", Header: hdr("Content-Type", "application/json"), Body: b}
+}
+
+// forwarded is GET /ping from the run's trusted proxy, forwarding xff.
+func forwarded(e *Env, xff string) Request {
+	return Request{Method: http.MethodGet, Path: "/ping", Header: hdr("X-Forwarded-For", xff), From: e.cfg.TrustedProxy}
 }
 
 // okCheck is an allowed check whose answer names the user and endpoint

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"os/signal"
@@ -61,7 +62,7 @@ flags:
 // options are the parsed flags.
 type options struct {
 	target, closed, keyEnv, only, jsonPath, junitPath string
-	strict, strictInternal, v1Policy                  string
+	strict, strictInternal, v1Policy, trustedProxy    string
 	timeout                                           time.Duration
 	seed                                              uint64
 	list                                              bool
@@ -75,6 +76,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&o.closed, "closed-target", "", "base URL of a second service started WITHOUT an admin key;\nthe fail-closed cases run against it, and are SKIP without it")
 	fs.StringVar(&o.strict, "strict-target", "", "base URL of a third service that believes no client-asserted identity (X-Client-Key,\nX-User-Id) from untrusted peers and serves /v1/check, /json, /metrics and /admin/*\non an internal listener only; the cases that need it are SKIP without it")
 	fs.StringVar(&o.strictInternal, "strict-internal-target", "", "base URL of the strict service's internal listener (optional)")
+	fs.StringVar(&o.trustedProxy, "trusted-proxy", "", "a loopback address (not 127.0.0.1) that --target lists in its --trusted-proxies; the forwarding\ncases connect from it as a proxy and are SKIP without it")
 	fs.StringVar(&o.v1Policy, "v1-policy", "api", "a policy of --target that /v1/check may charge (not one of the seed routes')")
 	fs.StringVar(&o.keyEnv, "admin-key-env", "LIMITER_ADMIN_KEY", "name of the environment variable holding the target's admin key\n(never passed as a flag); cases that need it are SKIP when it is unset")
 	fs.StringVar(&o.only, "only", "", "comma-separated case ids to run, e.g. ATK-01,ATK-18 (default: all)")
@@ -111,6 +113,11 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	}
 	if o.strictInternal, err = baseURL("--strict-internal-target", o.strictInternal, false); err != nil {
 		return o, err
+	}
+	if o.trustedProxy != "" {
+		if a, err := netip.ParseAddr(o.trustedProxy); err != nil || !a.Is4() || !a.IsLoopback() || a == netip.AddrFrom4([4]byte{127, 0, 0, 1}) {
+			return o, fmt.Errorf("atk: --trusted-proxy %q: want an IPv4 loopback address other than 127.0.0.1", o.trustedProxy)
+		}
 	}
 	if o.strictInternal != "" && o.strict == "" {
 		return o, errors.New("atk: --strict-internal-target needs --strict-target")
@@ -183,10 +190,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
 		o.seed = binary.LittleEndian.Uint64(b[:])>>1 | 1
 	}
+	proxy, _ := netip.ParseAddr(o.trustedProxy) // checked by parseFlags; "" is the zero Addr
 	cfg := &Config{
 		Target: o.target, Closed: o.closed, Strict: o.strict, StrictInternal: o.strictInternal,
 		AdminKey: getenv(o.keyEnv), V1Policy: o.v1Policy, Seed: o.seed,
-		Client: &http.Client{Timeout: o.timeout},
+		Client: &http.Client{Timeout: o.timeout}, TrustedProxy: proxy,
 	}
 	for _, base := range []string{cfg.Target, cfg.Closed, cfg.Strict, cfg.StrictInternal} {
 		if base == "" {

@@ -8,9 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -59,6 +59,8 @@ type flaws struct {
 	v1SeedPolicies     bool // /v1/check charges the seed routes' policies
 	trustClientKey     bool // a strict reference still believes X-Client-Key from anyone
 	decisionAPIsPublic bool // a strict reference serves its decision APIs publicly too
+	ipv6Apart          bool // every IPv6 address is its own client, no /64 grouping
+	forwardedFallback  bool // a forwarded entry with a port, or malformed, keys by the proxy (Gin's ClientIP)
 }
 
 const (
@@ -81,7 +83,11 @@ type reference struct {
 	adminKey string
 	f        flaws
 	strict   bool
+	proxy    netip.Addr // the trusted proxy, whose X-Forwarded-For is read
 }
+
+// refProxy is the address the test references trust as a proxy.
+var refProxy = netip.MustParseAddr("127.0.0.2")
 
 // openReference opens (creating) the SQLite file at path and returns the
 // reference handler over it.
@@ -122,7 +128,7 @@ func startReference(t testing.TB, adminKey string, f flaws, strict bool) *refere
 	t.Helper()
 	ref, err := openReference(filepath.Join(t.TempDir(), "ref.db"), adminKey, f)
 	require.NoError(t, err)
-	ref.strict = strict
+	ref.strict, ref.proxy = strict, refProxy
 	t.Cleanup(func() { ref.db.Close() })
 	return ref
 }
@@ -285,35 +291,74 @@ func (s *reference) fixedHit(key string, cost int64) (int64, error) {
 }
 
 // peer returns /ping's identity and its namespace: X-Client-Key ("key:";
-// never on a strict reference), else the peer address ("peer:").
-func (s *reference) peer(r *http.Request) (key, namespace string) {
-	key, namespace = s.peerAddr(r), "peer:"
+// never on a strict reference), else the peer address ("peer:"); ok is
+// false when the client address cannot be told (see peerAddr).
+func (s *reference) peer(r *http.Request) (key, namespace string, ok bool) {
 	if k := r.Header.Get("X-Client-Key"); k != "" && (!s.strict || s.f.trustClientKey) {
-		key, namespace = k, "key:"
+		key, namespace, ok = k, "key:", true
+	} else {
+		key, ok = s.peerAddr(r)
+		namespace = "peer:"
 	}
 	if s.f.sharedNamespace {
 		namespace = ""
 	}
-	return key, namespace
+	return key, namespace, ok
 }
 
-func (s *reference) peerAddr(r *http.Request) string {
+// peerAddr returns /ping's client address key: the peer, or from the
+// trusted proxy the right-most X-Forwarded-For entry (ports allowed) that is
+// not the proxy; an IPv6 address by its /64. ok is false for a malformed
+// forwarded entry.
+func (s *reference) peerAddr(r *http.Request) (key string, ok bool) {
 	if s.f.trustForwarded {
 		for _, h := range []string{"X-Forwarded-For", "X-Real-IP", "True-Client-IP", "Forwarded"} {
 			if v := r.Header.Get(h); v != "" {
-				return strings.TrimPrefix(strings.TrimSpace(strings.Split(v, ",")[0]), "for=")
+				return strings.TrimPrefix(strings.TrimSpace(strings.Split(v, ",")[0]), "for="), true
 			}
 		}
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
 	if err != nil {
-		return r.RemoteAddr
+		return r.RemoteAddr, true
 	}
-	return host
+	client := peer.Addr().Unmap()
+	if xff := r.Header.Get("X-Forwarded-For"); client == s.proxy && xff != "" {
+		entries := strings.Split(xff, ",")
+		for i := len(entries) - 1; i >= 0; i-- {
+			a, err := netip.ParseAddr(strings.TrimSpace(entries[i]))
+			if ap, perr := netip.ParseAddrPort(strings.TrimSpace(entries[i])); err != nil && perr == nil && !s.f.forwardedFallback {
+				a, err = ap.Addr(), nil
+			}
+			if err != nil {
+				if s.f.forwardedFallback {
+					break
+				}
+				return "", false
+			}
+			if client = a.Unmap(); client != s.proxy {
+				break
+			}
+		}
+	}
+	return s.addrKey(client), true
+}
+
+// addrKey is the key of an address: IPv4 as is, IPv6 by its /64.
+func (s *reference) addrKey(a netip.Addr) string {
+	if a.Is4() || s.f.ipv6Apart {
+		return a.String()
+	}
+	p, _ := a.Prefix(64)
+	return p.String()
 }
 
 func (s *reference) ping(w http.ResponseWriter, r *http.Request) {
-	key, namespace := s.peer(r)
+	key, namespace, ok := s.peer(r)
+	if !ok {
+		s.problem(w, http.StatusBadRequest, "X-Forwarded-For from a trusted proxy holds an entry that is not an address")
+		return
+	}
 	n, err := s.fixedHit(namespace+key, 1)
 	if err != nil {
 		s.failed(w, err)
@@ -333,14 +378,16 @@ func (s *reference) status(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusUnprocessableEntity, "query parameter key is required")
 		return
 	}
-	namespace := "key:"
-	if net.ParseIP(key) != nil {
-		namespace = "peer:" // an address: the peer's counter
+	subject := "key:" + key
+	if a, err := netip.ParseAddr(key); err == nil {
+		subject = "peer:" + s.addrKey(a.Unmap()) // an address: its client's counter
+	} else if _, err := netip.ParsePrefix(key); err == nil {
+		subject = "peer:" + key
 	}
 	if s.f.sharedNamespace {
-		namespace = ""
+		subject = subject[strings.IndexByte(subject, ':')+1:]
 	}
-	n, err := s.scalar(`SELECT count FROM rate_limit_windows WHERE key = ? AND window_start = ?`, namespace+key, windowStart())
+	n, err := s.scalar(`SELECT count FROM rate_limit_windows WHERE key = ? AND window_start = ?`, subject, windowStart())
 	if err != nil {
 		s.failed(w, err)
 		return

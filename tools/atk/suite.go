@@ -41,6 +41,10 @@ const (
 	// NeedLoopback: the case connects from other loopback addresses, as
 	// other clients; the target must listen on IPv4 loopback.
 	NeedLoopback
+	// NeedTrustedProxy: the case connects from the address the target
+	// lists in its --trusted-proxies (--trusted-proxy), as a proxy that
+	// forwards clients in X-Forwarded-For.
+	NeedTrustedProxy
 )
 
 // Where names the service a request goes to.
@@ -135,6 +139,9 @@ type Config struct {
 	V1Policy       string // a policy of the target that /v1/check may charge
 	Seed           uint64 // seeds the random user ids and keys
 	Client         *http.Client
+	// TrustedProxy is a loopback address the target trusts as a proxy, or
+	// the zero Addr.
+	TrustedProxy netip.Addr
 }
 
 // base returns the base URL of w.
@@ -249,8 +256,11 @@ func unmet(cfg *Config, n Need) string {
 	if n&NeedStrictTarget != 0 && cfg.Strict == "" {
 		missing = append(missing, "no --strict-target given")
 	}
-	if n&NeedLoopback != 0 && !cfg.loopback() {
+	if n&(NeedLoopback|NeedTrustedProxy) != 0 && !cfg.loopback() {
 		missing = append(missing, "the target is not on IPv4 loopback, so the runner cannot connect as other clients")
+	}
+	if n&NeedTrustedProxy != 0 && !cfg.TrustedProxy.IsValid() {
+		missing = append(missing, "no --trusted-proxy given")
 	}
 	return strings.Join(missing, "; ")
 }
@@ -281,6 +291,13 @@ func (e *Env) Token(prefix string) string {
 // from as another client.
 func (e *Env) PeerIP() netip.Addr {
 	return netip.AddrFrom4([4]byte{127, byte(1 + e.rng.IntN(254)), byte(e.rng.IntN(256)), byte(1 + e.rng.IntN(254))})
+}
+
+// IPv6Net returns a random /64 of the IPv6 documentation range, as its
+// first four groups ("2001:db8:1a2b:3c4d"); append "::/64" for its key or
+// "::x" for an address in it.
+func (e *Env) IPv6Net() string {
+	return fmt.Sprintf("2001:db8:%x:%x", e.rng.IntN(1<<16), e.rng.IntN(1<<16))
 }
 
 // ForgedIP returns a random address of the documentation ranges, for

@@ -46,8 +46,8 @@ func parseBenchTarget(s string) (benchTarget, error) {
 	t := benchTarget{Name: name}
 	rawURL, pids, hasPIDs := strings.Cut(rest, "@")
 	u, err := url.Parse(rawURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return benchTarget{}, fmt.Errorf("loadgen: --target %q: %q is not an http(s) URL", s, rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != grpcScheme) || u.Host == "" {
+		return benchTarget{}, fmt.Errorf("loadgen: --target %q: %q is not an http(s) URL, nor grpc://HOST:PORT", s, rawURL)
 	}
 	t.URL = strings.TrimRight(rawURL, "/")
 	if hasPIDs {
@@ -160,6 +160,9 @@ type benchOptions struct {
 	route     string
 	generator string
 	wrk       string
+	// grpcConns are the connections the --connections callers of
+	// --generator grpc share.
+	grpcConns int
 	goals     benchGoals
 	p99Goal   float64
 }
@@ -184,7 +187,12 @@ func (o *benchOptions) validate() error {
 		{"wait", o.wait >= 0, "zero or positive"},
 		{"warmup", o.warmup >= 0, "zero or positive"},
 		{"route", validRoute(o.route), "one of " + routeNames()},
-		{"generator", o.generator == "vegeta" || o.generator == "wrk", "vegeta or wrk"},
+		{"generator", o.generator == "vegeta" || o.generator == "wrk" || o.generator == "grpc", "vegeta, wrk or grpc"},
+		{"route", (o.generator == "grpc") == (o.route == "grpc"), "grpc exactly when --generator is grpc"},
+		{"target", o.generator != "grpc" || !slices.ContainsFunc(o.targets, func(t benchTarget) bool { return !strings.HasPrefix(t.URL, grpcScheme+"://") }),
+			"grpc://HOST:PORT with --generator grpc"},
+		{"fixed-rate", o.generator != "grpc" || o.fixedRate == 0, "0 with --generator grpc (the fixed-rate run is vegeta's, over HTTP)"},
+		{"grpc-conns", o.generator != "grpc" || o.grpcConns >= 1 && o.grpcConns <= o.connections, "in 1..--connections"},
 		{"p99-goal", o.p99Goal >= 0, "zero (none) or positive"},
 	}
 	for _, c := range checks {
@@ -255,6 +263,13 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 		clients[i] = newClient(max(o.connections, fixedMaxWorkers), o.timeout)
 		// Ready means answering the route with 200 (the peer has no /healthz).
 		if err := poll(ctx, t.URL, o.wait, func() error {
+			if o.generator == "grpc" {
+				_, closeAll, err := grpcConns(ctx, grpcAddr(t), o.policy, prefix+"-probe", 1, o.timeout)
+				if err == nil {
+					closeAll()
+				}
+				return err
+			}
 			return route.probe(ctx, clients[i], t.URL, o.policy, prefix+"-probe")
 		}); err != nil {
 			return res, fmt.Errorf("%w: target %s: %w", errNotReady, t.Name, err)
@@ -263,6 +278,11 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 	closed := func(i int, phase string, du time.Duration) (benchRun, error) {
 		t := o.targets[i]
 		run := prefix + "-" + t.Name + "-" + phase
+		if o.generator == "grpc" {
+			return measure(t, func() (benchRun, error) {
+				return runGRPC(ctx, grpcAddr(t), o.policy, run, o.keys, o.connections, o.grpcConns, du, o.timeout)
+			})
+		}
 		if o.generator == "wrk" {
 			return measure(t, func() (benchRun, error) {
 				return runWrk(ctx, o.wrk, t.URL, route.wrkScript(o.policy, run, o.keys), o.connections, du, o.timeout)
@@ -324,6 +344,9 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 	}
 	return res, nil
 }
+
+// grpcAddr is the host:port of a grpc:// target.
+func grpcAddr(t benchTarget) string { return strings.TrimPrefix(t.URL, grpcScheme+"://") }
 
 // measure runs one measurement of t and reads the CPU time t's processes
 // used meanwhile: the first (the server) into CPU, the others into Backend.

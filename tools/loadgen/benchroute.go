@@ -45,17 +45,25 @@ var benchRoutes = []benchRoute{
 		Body: `{"domain":"{policy}","descriptors":[{"entries":[{"key":"` + envoyDescriptorKey + `","value":"{key}"}]}]}`},
 }
 
+// grpcRoute is --route grpc: the json route's request over Envoy's gRPC
+// API, which runGRPC sends (--generator grpc only); no HTTP request has
+// this shape.
+var grpcRoute = benchRoute{Name: "grpc", Method: "gRPC", Path: "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"}
+
 // routeNames lists the names of benchRoutes.
 func routeNames() string {
 	names := make([]string, len(benchRoutes))
 	for i, r := range benchRoutes {
 		names[i] = r.Name
 	}
-	return strings.Join(names, ", ")
+	return strings.Join(append(names, grpcRoute.Name), ", ")
 }
 
 // lookupRoute returns the route called name.
 func lookupRoute(name string) (benchRoute, bool) {
+	if name == grpcRoute.Name {
+		return grpcRoute, true
+	}
 	i := slices.IndexFunc(benchRoutes, func(r benchRoute) bool { return r.Name == name })
 	if i < 0 {
 		return benchRoute{}, false

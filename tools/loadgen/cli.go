@@ -120,8 +120,11 @@ func benchFlags(fs *flag.FlagSet, o *options) {
 	fs.DurationVar(&b.warmup, "warmup", time.Second, "closed-loop run per target before the rounds, not counted (0: none)")
 	fs.StringVar(&b.out, "out", "", "also write the tables to this `FILE`")
 	fs.StringVar(&b.route, "route", "check", "the requests: check (POST /v1/check), ping (GET /ping, X-Client-Key), rate-check "+
-		"(POST /rate/check, X-User-Id), json (POST /json, Envoy's form; --policy is the domain, the descriptor key \""+envoyDescriptorKey+"\")")
-	fs.StringVar(&b.generator, "generator", "vegeta", "closed-loop load generator: vegeta (in process) or wrk (the wrk binary, one thread)")
+		"(POST /rate/check, X-User-Id), json (POST /json, Envoy's form; --policy is the domain, the descriptor key \""+envoyDescriptorKey+"\"), "+
+		"grpc (the same over Envoy's gRPC ShouldRateLimit; with --generator grpc and grpc://HOST:PORT targets)")
+	fs.StringVar(&b.generator, "generator", "vegeta", "closed-loop load generator: vegeta (in process), wrk (the wrk binary, one thread) "+
+		"or grpc (in process: --connections callers over --grpc-conns gRPC connections)")
+	fs.IntVar(&b.grpcConns, "grpc-conns", 4, "with --generator grpc: the HTTP/2 connections the callers share, as Envoy multiplexes its calls")
 	fs.StringVar(&b.wrk, "wrk", "wrk", "the wrk binary, for --generator wrk")
 	fs.Var(&b.goals, "goal", "`NAME=RATIO[/CPU]`: target NAME should reach RATIO of the baseline's rate and at most CPU more "+
 		"server CPU per request (e.g. memory=0.90/5us); repeat for each")

@@ -9,8 +9,9 @@
 // block of adapters for other routers (the ginlimit module for Gin).
 //
 // By default a request is keyed by the connection's peer address and never by
-// a forwarding header: list your proxies with [ClientAddr] to believe
-// X-Forwarded-For from them. Refusals answer 429 with Retry-After and the same
+// a forwarding header: list your proxies with [ClientAddr] (or [NewClients],
+// for more options) to believe X-Forwarded-For from them. An IPv6 client is
+// keyed by its /64, as Tollgate's service keys it. Refusals answer 429 with Retry-After and the same
 // problem document as the service:
 //
 //	{"type":"urn:tollgate:problem:rate-limit-exceeded","title":"Too Many Requests","status":429,

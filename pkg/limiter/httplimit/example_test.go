@@ -125,3 +125,29 @@ func ExampleClientAddr() {
 	// 203.0.113.5
 	// 203.0.113.9
 }
+
+// Clients with options: IPv6 grouped by /56 rather than /64, and a local
+// reverse proxy on a Unix socket trusted like the balancer. Entries with a
+// port are read as their address.
+func ExampleNewClients() {
+	clients, err := httplimit.NewClients(
+		httplimit.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")),
+		httplimit.IPv6Prefix(56),
+		httplimit.UnixSocketProxy(),
+	)
+	if err != nil {
+		panic(err)
+	}
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = "10.1.2.3:4567"
+	for _, xff := range []string{"2001:db8:1:2::7", "[2001:db8:1:3::9]:443", "203.0.113.5:5555", "unknown"} {
+		r.Header.Set("X-Forwarded-For", xff)
+		k, err := clients.Key(r) // a KeyFunc: httplimit.WithKey(clients.Key)
+		fmt.Println(k, err)
+	}
+	// Output:
+	// 2001:db8:1::/56 <nil>
+	// 2001:db8:1::/56 <nil>
+	// 203.0.113.5 <nil>
+	//  httplimit: X-Forwarded-For from a trusted proxy holds an entry that is not an address: "unknown"
+}

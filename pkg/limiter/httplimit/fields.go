@@ -61,10 +61,10 @@ func PolicyHeader(ps []limiter.Policy) string {
 	return strings.Join(items, ", ")
 }
 
-// RateLimitHeader returns the RateLimit field value for policy name's
-// decision d: "name";r=<remaining>;t=<seconds until reset, rounded up>.
-func RateLimitHeader(name string, d limiter.Decision) string {
-	return NewFields("", name, d).RateLimit
+// RateLimitHeader returns the RateLimit field value for policy p's decision
+// d: "name";r=<remaining>;t=<seconds until reset> (see [NewFields]).
+func RateLimitHeader(p limiter.Policy, d limiter.Decision) string {
+	return NewFields("", p, d).RateLimit
 }
 
 // Fields are the values of one answer's rate-limit header fields, formatted
@@ -83,14 +83,23 @@ type Fields struct {
 	Limit, Remaining, Reset int64
 }
 
-// NewFields returns the fields for policy name's decision d, announced under
-// policyHeader (a [PolicyHeader] value).
-func NewFields(policyHeader, name string, d limiter.Decision) Fields {
-	reset := RetryAfterSeconds(d.ResetAfter)
+// NewFields returns the fields for policy p's decision d, announced under
+// policyHeader (a [PolicyHeader] value). The reset, in whole seconds rounded
+// up, is the same rule for every algorithm: on a refusal that waiting can
+// cure, the wait of d.RetryAfter, so that X-RateLimit-Reset equals
+// Retry-After; otherwise d.ResetAfter. The RateLimit field's t is that
+// reset capped at the policy's window (the w of RateLimit-Policy), which a
+// sliding_window key can take up to two windows to empty.
+func NewFields(policyHeader string, p limiter.Policy, d limiter.Decision) Fields {
+	after := d.ResetAfter
+	if !d.Allowed && d.RetryAfter > 0 {
+		after = d.RetryAfter
+	}
+	reset := RetryAfterSeconds(after)
 	var buf [128]byte
-	b := appendSFString(buf[:0], name)
+	b := appendSFString(buf[:0], p.Name)
 	b = strconv.AppendInt(append(b, ";r="...), d.Remaining, 10)
-	b = strconv.AppendInt(append(b, ";t="...), reset, 10)
+	b = strconv.AppendInt(append(b, ";t="...), min(reset, RetryAfterSeconds(p.Window)), 10)
 	return Fields{Policy: policyHeader, RateLimit: string(b), Limit: d.Limit, Remaining: d.Remaining, Reset: reset}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
@@ -19,13 +20,13 @@ func TestHeaderFormatsMatchTheDraft(t *testing.T) {
 	shadow := limiter.Policy{Name: "trial", Algorithm: limiter.FixedWindow, Limit: 5, Window: time.Second, Shadow: true}
 
 	assert.Equal(t, `"burst";q=100;w=60, "daily";q=1000;w=86400`, httplimit.PolicyHeader([]limiter.Policy{burst, shadow, daily}))
-	assert.Equal(t, `"default";r=50;t=30`, httplimit.RateLimitHeader("default", limiter.Decision{Remaining: 50, ResetAfter: 30 * time.Second}))
-	assert.Equal(t, `"default";r=0;t=1`, httplimit.RateLimitHeader("default", limiter.Decision{ResetAfter: time.Nanosecond}), "t is rounded up")
+	assert.Equal(t, `"default";r=50;t=30`, httplimit.RateLimitHeader(limiter.Policy{Name: "default", Window: time.Minute}, limiter.Decision{Remaining: 50, ResetAfter: 30 * time.Second}))
+	assert.Equal(t, `"default";r=0;t=1`, httplimit.RateLimitHeader(limiter.Policy{Name: "default", Window: time.Minute}, limiter.Decision{ResetAfter: time.Nanosecond}), "t is rounded up")
 	assert.Empty(t, httplimit.PolicyHeader([]limiter.Policy{shadow}), "shadow policies are not announced")
 
 	odd := limiter.Policy{Name: `a"b\c`, Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Second}
 	assert.Equal(t, `"a\"b\\c";q=1;w=1`, httplimit.PolicyHeader([]limiter.Policy{odd}))
-	assert.Equal(t, `"a\"b\\c";r=1;t=0`, httplimit.RateLimitHeader(odd.Name, limiter.Decision{Remaining: 1}))
+	assert.Equal(t, `"a\"b\\c";r=1;t=0`, httplimit.RateLimitHeader(odd, limiter.Decision{Remaining: 1}))
 }
 
 // The field names assigned without Header.Set are the canonical ones, so that
@@ -41,7 +42,7 @@ func TestFieldsAreCanonical(t *testing.T) {
 func TestFieldsAreIndependent(t *testing.T) {
 	hd := http.Header{}
 	d := limiter.Decision{Limit: 10, Remaining: 3, ResetAfter: 1500 * time.Millisecond}
-	httplimit.NewFields(`"p";q=10;w=60`, "p", d).Set(hd)
+	httplimit.NewFields(`"p";q=10;w=60`, limiter.Policy{Name: "p", Window: time.Minute}, d).Set(hd)
 	hd.Add("RateLimit-Policy", "extra")
 	assert.Equal(t, []string{`"p";q=10;w=60`, "extra"}, hd.Values("RateLimit-Policy"))
 	assert.Equal(t, []string{`"p";r=3;t=2`}, hd.Values("RateLimit"))
@@ -70,9 +71,10 @@ func TestNewProblem(t *testing.T) {
 // NewFields or set by hand.
 func TestFieldsSetWritesTheirNumbers(t *testing.T) {
 	d := limiter.Decision{Limit: 2_000_000_000, Remaining: 1_999_999_990, ResetAfter: 59_001 * time.Millisecond}
-	f := httplimit.NewFields(`"a\"b";q=2000000000;w=60`, `a"b\c`, d)
+	odd := limiter.Policy{Name: `a"b\c`, Window: time.Minute}
+	f := httplimit.NewFields(`"a\"b";q=2000000000;w=60`, odd, d)
 	assert.Equal(t, `"a\"b\\c";r=1999999990;t=60`, f.RateLimit)
-	assert.Equal(t, f.RateLimit, httplimit.RateLimitHeader(`a"b\c`, d))
+	assert.Equal(t, f.RateLimit, httplimit.RateLimitHeader(odd, d))
 	for _, tt := range []struct {
 		name   string
 		change func(*httplimit.Fields)
@@ -94,4 +96,28 @@ func TestFieldsSetWritesTheirNumbers(t *testing.T) {
 			assert.Equal(t, f.RateLimit, hd.Get("RateLimit"))
 		})
 	}
+}
+
+// On a refusal the reset the fields show is Retry-After's wait, whatever the
+// algorithm: a sliding_window key whose current window holds 3 of 4 and the
+// previous 1, 32 s into a 60 s window, empties in 88 s but takes one more in
+// 28 s. The RateLimit t never exceeds the policy's window.
+func TestFieldsResetIsRetryAfterOnARefusal(t *testing.T) {
+	p := limiter.Policy{Name: "p", Algorithm: limiter.SlidingWindow, Limit: 4, Window: time.Minute}
+	at := limiter.WindowStart(t0, time.Minute).Add(32 * time.Second)
+	d := limiter.SlidingWindowDecide(p, 1, 3, 1, at)
+	require.False(t, d.Allowed)
+	require.Equal(t, 88*time.Second, d.ResetAfter)
+	hd := http.Header{}
+	httplimit.NewFields(httplimit.PolicyHeader([]limiter.Policy{p}), p, d).Set(hd)
+	httplimit.SetRetryAfter(hd, d.RetryAfter)
+	assert.Equal(t, "28", hd.Get("Retry-After"))
+	assert.Equal(t, hd.Get("Retry-After"), hd.Get("X-RateLimit-Reset"), "X-RateLimit-Reset and Retry-After agree on a refusal")
+	assert.Equal(t, `"p";r=0;t=28`, hd.Get("RateLimit"))
+
+	d = limiter.SlidingWindowDecide(p, 0, 1, 0, at) // allowed: the key empties in 88 s
+	hd = http.Header{}
+	httplimit.NewFields(httplimit.PolicyHeader([]limiter.Policy{p}), p, d).Set(hd)
+	assert.Equal(t, `"p";r=3;t=60`, hd.Get("RateLimit"), "t never exceeds w")
+	assert.Equal(t, "88", hd.Get("X-RateLimit-Reset"), "the legacy field has no window to respect")
 }

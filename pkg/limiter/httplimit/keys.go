@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
-	"strings"
 )
 
 // A KeyFunc names who a request is counted against: the key's subject. An
@@ -18,73 +16,6 @@ type KeyFunc func(r *http.Request) (string, error)
 // ErrNoKey is wrapped by the errors of the KeyFuncs of this package when the
 // request does not carry what they look for.
 var ErrNoKey = errors.New("httplimit: no key in the request")
-
-// maxForwarded bounds the addresses of X-Forwarded-For that ClientAddr reads,
-// so that a huge forged list costs nothing.
-const maxForwarded = 32
-
-// ClientAddr returns a KeyFunc keyed by the client's IP address, as text
-// ("192.0.2.1", "2001:db8::1"). It is the connection's peer address unless
-// the peer is one of the trusted proxies: then it is the right-most address
-// of X-Forwarded-For that is not a trusted proxy (the left-most when all
-// are). Nothing else (X-Real-IP, Forwarded, True-Client-IP) is believed, and
-// with no trusted proxies X-Forwarded-For is ignored: a client could forge it
-// to get a new budget on every request. A malformed X-Forwarded-For from a
-// trusted proxy keys by the last address that could be read.
-//
-// It is the default key of [New].
-func ClientAddr(trusted ...netip.Prefix) KeyFunc {
-	trusted = append([]netip.Prefix(nil), trusted...)
-	isTrusted := func(a netip.Addr) bool {
-		for _, p := range trusted {
-			if p.Contains(a) {
-				return true
-			}
-		}
-		return false
-	}
-	return func(r *http.Request) (string, error) {
-		peer, err := parseAddr(r.RemoteAddr)
-		if err != nil {
-			return "", fmt.Errorf("httplimit: the client address %q is unknown: %w", r.RemoteAddr, ErrNoKey)
-		}
-		if len(trusted) == 0 || !isTrusted(peer) {
-			return peer.String(), nil
-		}
-		client := peer
-		hops := forwardedFor(r.Header)
-		for i := len(hops) - 1; i >= 0 && i >= len(hops)-maxForwarded; i-- {
-			a, err := netip.ParseAddr(strings.TrimSpace(hops[i]))
-			if err != nil {
-				break
-			}
-			client = a.Unmap()
-			if !isTrusted(client) {
-				break
-			}
-		}
-		return client.String(), nil
-	}
-}
-
-// forwardedFor returns the addresses of every X-Forwarded-For line, in order.
-func forwardedFor(hd http.Header) []string {
-	var hops []string
-	for _, line := range hd.Values("X-Forwarded-For") {
-		hops = append(hops, strings.Split(line, ",")...)
-	}
-	return hops
-}
-
-// parseAddr reads the IP of a RemoteAddr, "host:port" or a bare address.
-func parseAddr(remote string) (netip.Addr, error) {
-	host, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		host = remote
-	}
-	a, err := netip.ParseAddr(host)
-	return a.Unmap(), err
-}
 
 // ParsePrefixes reads trusted proxies for [ClientAddr]: CIDRs ("10.0.0.0/8")
 // or single addresses ("192.0.2.7").

@@ -222,7 +222,7 @@ func (m *Middleware) Limit(w http.ResponseWriter, r *http.Request) (*http.Reques
 	}
 	hd := w.Header()
 	if i := res.shown(); i >= 0 {
-		NewFields(m.policyHeader, res.Policies[i].Name, res.Decisions[i]).Set(hd)
+		NewFields(m.policyHeader, res.Policies[i], res.Decisions[i]).Set(hd)
 	}
 	if !res.Allowed() {
 		SetRetryAfter(hd, res.Decisions[res.Refused].RetryAfter)

@@ -178,3 +178,30 @@ func fill(t *testing.T, s *sqlitestore.Store, p limiter.Policy, now time.Time) (
 	t.Fatal("a million keys did not fill the disk")
 	return 0, nil
 }
+
+// TestFilesNamesWhatOpenWrites: Files names the database and the reserve
+// that Open wrote (real bytes of the configured size), as absolute paths, and
+// no reserve when the store keeps none.
+func TestFilesNamesWhatOpenWrites(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	require.NoError(t, os.Mkdir("data", 0o750))
+	s, err := sqlitestore.Open(filepath.Join("data", "limiter.db"), sqlitestore.WithDiskReserve(64<<10))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	database, reserve := s.Files()
+	assert.Equal(t, filepath.Join(dir, "data", "limiter.db"), database)
+	assert.Equal(t, filepath.Join(dir, "data", "limiter.db-reserve"), reserve)
+	assert.FileExists(t, database)
+	fi, err := os.Stat(reserve)
+	require.NoError(t, err)
+	assert.Equal(t, int64(64<<10), fi.Size())
+
+	bare, err := sqlitestore.Open(filepath.Join(dir, "bare.db"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = bare.Close() })
+	database, reserve = bare.Files()
+	assert.Equal(t, filepath.Join(dir, "bare.db"), database)
+	assert.Empty(t, reserve)
+	assert.NoFileExists(t, filepath.Join(dir, "bare.db-reserve"))
+}

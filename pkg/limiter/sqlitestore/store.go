@@ -460,6 +460,17 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
+// Files returns the absolute paths of the database file and of its disk
+// reserve, "" when the store keeps none (see WithDiskReserve). While the
+// store is open SQLite also keeps the database's -wal and -shm files beside
+// it.
+func (s *Store) Files() (database, reserve string) {
+	if s.reserve.size > 0 {
+		reserve = s.reserve.path
+	}
+	return s.path, reserve
+}
+
 // FileSize returns the bytes of the database file plus its write-ahead log,
 // for a metrics gauge. It is safe to call at any time, also after Close.
 func (s *Store) FileSize() (int64, error) {

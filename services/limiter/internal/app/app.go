@@ -36,6 +36,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
+	"github.com/tollgate/tollgate/services/limiter/internal/xds"
 )
 
 // probeTimeout bounds the start-up check that the store can decide.
@@ -63,6 +64,8 @@ type App struct {
 	// current is the configuration in force: every request, the pruning
 	// job and the gRPC server read it, Reload alone replaces it.
 	current   atomic.Pointer[snapshot.Snapshot]
+	running   config.Config     // the configuration of current; guarded by reloading
+	xds       *xds.Client       // --envoy-xds-server's subscription; nil without
 	metrics   *decide.Metrics   // shared by every snapshot
 	offenders *decide.Offenders // shared by every snapshot
 
@@ -108,6 +111,10 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	}
 	for _, o := range opts {
 		o(a)
+	}
+	var err error
+	if a.xds, err = a.newXDS(cfg); err != nil {
+		return nil, err
 	}
 	rules, err := loadEnvoyRules(cfg)
 	if err != nil {
@@ -215,19 +222,22 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		a.log.Warn("the "+string(a.cfg.Store)+" store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until it answers", "error", err)
 	}
 	a.current.Store(snap)
-	if rules != nil && len(rules.Domains()) == 0 {
+	a.running = a.cfg
+	switch {
+	case a.cfg.EnvoyXDSServer != "":
+		a.log.Info("the Envoy rules come from xDS: every descriptor answers OK until the first version is applied", "server", a.cfg.EnvoyXDSServer, "node", a.cfg.EnvoyXDSNodeID)
+	case rules != nil && len(rules.Domains()) == 0:
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	opts := httpapi.Options{
-		Snapshot:       a.current.Load,
-		AdminKey:       a.cfg.AdminKey,
-		TrustedProxies: a.cfg.TrustedProxies,
-		Logger:         a.log,
-		Registry:       reg,
-		Draining:       a.draining,
-		PingSources:    a.cfg.PingKey,
-		RateSources:    a.cfg.RateKey,
-		EndpointFold:   a.cfg.EndpointFold,
+		Snapshot:     a.current.Load,
+		AdminKey:     a.cfg.AdminKey,
+		Logger:       a.log,
+		Registry:     reg,
+		Draining:     a.draining,
+		PingSources:  a.cfg.PingKey,
+		RateSources:  a.cfg.RateKey,
+		EndpointFold: a.cfg.EndpointFold,
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
@@ -441,6 +451,7 @@ func (a *App) Serve(ctx context.Context, ln net.Listener) error {
 	wg.Go(func() { a.pruneLoop(pruneCtx, a.cfg.PruneInterval) })
 	wg.Go(func() { a.reloadLoop(pruneCtx) })
 	wg.Go(func() { a.watchEnvoy(pruneCtx) })
+	wg.Go(func() { a.followXDS(pruneCtx) })
 	defer func() {
 		stopPrune()
 		wg.Wait()
@@ -554,5 +565,23 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		attrs = append(attrs, names[i], ln.Addr().String())
 	}
 	a.log.Info("listening", append(attrs, "max_conns", perListener, "max_conns_per_client", perClient, "config", cfg)...)
+	a.logFiles()
 	return a.serveAll(ctx, lns, serve)
+}
+
+// logFiles says at start what the SQLite store writes to disk, so that no
+// file appears unexplained: the database (SQLite keeps its -wal and -shm
+// files beside it) and the disk reserve. Other stores write nothing.
+func (a *App) logFiles() {
+	sq, ok := backend(a.store).(*sqlitestore.Store)
+	if !ok {
+		return
+	}
+	database, reserve := sq.Files()
+	if reserve == "" {
+		a.log.Info("sqlite database, with its -wal and -shm files; no disk reserve (--sqlite-disk-reserve 0)", "database", database)
+		return
+	}
+	a.log.Info("sqlite database, with its -wal and -shm files, and a disk reserve file: room kept to recover from a full disk (--sqlite-disk-reserve)",
+		"database", database, "reserve", reserve, "reserve_bytes", a.cfg.SQLiteDiskReserve)
 }

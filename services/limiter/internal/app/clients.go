@@ -1,7 +1,6 @@
 package app
 
 import (
-	"fmt"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
 
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
@@ -23,18 +23,15 @@ import (
 // the IPv6 grouping and the API keys, read from their file now (at start
 // and on every reload).
 func resolver(cfg config.Config) (*identity.Resolver, error) {
-	r := &identity.Resolver{Trust: cfg.IdentityHeaders, IPv6Prefix: cfg.IPv6Prefix}
-	for _, p := range cfg.TrustedProxies {
-		prefix, err := netip.ParsePrefix(p)
-		if err != nil {
-			addr, aerr := netip.ParseAddr(p)
-			if aerr != nil {
-				return nil, &config.Error{Field: "trusted_proxies", Reason: fmt.Sprintf("%q is not a CIDR or an IP address", p)}
-			}
-			prefix = netip.PrefixFrom(addr.Unmap(), addr.Unmap().BitLen())
-		}
-		r.TrustedProxies = append(r.TrustedProxies, prefix.Masked())
+	proxies, err := httplimit.ParsePrefixes(cfg.TrustedProxies)
+	if err != nil {
+		return nil, &config.Error{Field: "trusted_proxies", Reason: err.Error()}
 	}
+	clients, err := httplimit.NewClients(httplimit.TrustProxies(proxies...), httplimit.IPv6Prefix(cfg.IPv6Prefix))
+	if err != nil {
+		return nil, &config.Error{Field: "ipv6_prefix", Reason: err.Error()}
+	}
+	r := &identity.Resolver{Trust: cfg.IdentityHeaders, Clients: clients}
 	if cfg.APIKeysFile != "" {
 		keys, err := identity.LoadAPIKeys(cfg.APIKeysFile)
 		if err != nil {

@@ -231,3 +231,58 @@ func TestRateRoutesKeyedByUserByDefault(t *testing.T) {
 	require.Equal(t, 200, w.Code)
 	assert.Contains(t, w.Body.String(), `{"result":"ok","user_id":42,"endpoint":"/orders"`)
 }
+
+// pingFrom sends GET /ping from remote with X-Forwarded-For xff (none when
+// empty) and returns the answer.
+func pingFrom(t *testing.T, h http.Handler, remote, xff string) *httptest.ResponseRecorder {
+	t.Helper()
+	r := httptest.NewRequest(http.MethodGet, "/ping", nil)
+	r.RemoteAddr = remote
+	if xff != "" {
+		r.Header.Set("X-Forwarded-For", xff)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, r)
+	return w
+}
+
+// Behind a trusted proxy that writes ports into X-Forwarded-For, each
+// client is keyed by its own address (IPv6 by its prefix); an entry that is
+// not an address is a 400, and charges neither the proxy nor anyone.
+func TestForwardedEntriesWithPortsAndBadOnes(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--trusted-proxies=10.0.0.0/8", "--ipv6-prefix=48"), limitertest.NewClock(t0))
+	h := a.Handler()
+	for _, c := range []struct{ xff, key string }{
+		{"203.0.113.7:5555", "203.0.113.7"},
+		{"198.51.100.1, 203.0.113.8:443", "203.0.113.8"},
+		{"[2001:db8:5:6::1]:443", "2001:db8:5::/48"},
+		{"2001:db8:5:7::1", "2001:db8:5::/48"},
+	} {
+		w := pingFrom(t, h, "10.0.0.1:1000", c.xff)
+		require.Equal(t, 200, w.Code, c.xff)
+		assert.Contains(t, w.Body.String(), `"key":"`+c.key+`"`, c.xff)
+	}
+	for _, xff := range []string{"unknown", "203.0.113.9, _obf", "203.0.113.9:99999"} {
+		w := pingFrom(t, h, "10.0.0.1:1000", xff)
+		assert.Equal(t, 400, w.Code, xff)
+		assert.Contains(t, w.Body.String(), "X-Forwarded-For from a trusted proxy holds an entry that is not an address", xff)
+	}
+	w := pingFrom(t, h, "10.0.0.1:1000", "")
+	require.Equal(t, 200, w.Code)
+	assert.Contains(t, w.Body.String(), `"count":1,`, "the proxy's own budget was not spent")
+}
+
+// /status?key=<address> reads the counter /ping spends for that address:
+// the same --ipv6-prefix grouping.
+func TestStatusKeyHonoursIPv6Prefix(t *testing.T) {
+	a := newApp(t, load(t, "--store=memory", "--ipv6-prefix=48"), limitertest.NewClock(t0))
+	h := a.Handler()
+	w := pingFrom(t, h, "[2001:db8:1:2::1]:443", "")
+	require.Equal(t, 200, w.Code)
+	require.Contains(t, w.Body.String(), `"key":"2001:db8:1::/48"`)
+	for _, key := range []string{"2001:db8:1:2::1", "2001:db8:1:ffff::9", "2001:db8:1::/48"} {
+		w = send(t, h, http.MethodGet, "/status?key="+key, "", nil)
+		require.Equal(t, 200, w.Code, key)
+		assert.Contains(t, w.Body.String(), `"count":1,`, key)
+	}
+}

@@ -10,22 +10,26 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // errNoEnvoy is returned by ServeGRPC when the configuration asks for no
 // Envoy API.
-var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr or --envoy-config")
+var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr, --envoy-config or --envoy-xds-server")
 
 // loadEnvoyRules reads --envoy-config when set. It returns nil rules when
-// neither --grpc-addr nor --envoy-config is set, and empty rules (every
-// descriptor answers OK) for a gRPC server without configuration.
+// none of --grpc-addr, --envoy-config and --envoy-xds-server is set, and
+// empty rules (every descriptor answers OK) for a gRPC server without
+// configuration or before xDS pushes the first version.
 func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 	if cfg.EnvoyConfig == "" {
-		if cfg.GRPCAddr == "" {
+		if cfg.GRPCAddr == "" && cfg.EnvoyXDSServer == "" {
 			return nil, nil
 		}
 		return envoy.NewRules(envoyOptions(cfg)), nil
@@ -56,19 +60,26 @@ func envoyClash(rules *envoy.Rules, cfg config.Config) error {
 	if rules == nil {
 		return nil
 	}
+	source := cfg.EnvoyConfig
+	if source == "" {
+		source = "the xDS version"
+	}
 	for _, p := range rules.Policies() {
 		if _, clash := cfg.Policies[p.Name]; clash {
-			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + cfg.EnvoyConfig + " derives the same policy name; rename one"}
+			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + source + " derives the same policy name; rename one"}
 		}
 	}
 	return nil
 }
 
-// ServeGRPC answers Envoy's rate-limit API (and grpc.health.v1) on ln, over
-// TLS when the gRPC listener has a certificate, until ctx is done, then
-// stops gracefully: health turns NOT_SERVING, calls in flight get up to the
-// shutdown timeout to finish, then are cut. It returns nil after a clean
-// stop.
+// ServeGRPC answers Envoy's rate-limit API and grpc.health.v1 on ln, over
+// TLS when the gRPC listener has a certificate, until ctx is done. Health
+// follows /readyz: SERVING while it would answer 200, NOT_SERVING while it
+// would answer 503 (the store cannot decide), checked before the first
+// call and then every healthInterval, with Watch streams told of each
+// change. Then it stops gracefully: health turns NOT_SERVING, calls in
+// flight get up to the shutdown timeout to finish, then are cut. It returns
+// nil after a clean stop.
 func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
@@ -78,6 +89,12 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
 	}
 	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
+	healthCtx, stopHealth := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	defer following.Wait()
+	defer stopHealth()
+	serving := a.setHealth(healthCtx, hs, true)
+	following.Go(func() { a.followReadiness(healthCtx, hs, serving) })
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	select {
@@ -85,6 +102,8 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("app: grpc serve: %w", err)
 	case <-ctx.Done():
 	}
+	stopHealth()
+	following.Wait()
 	hs.Shutdown()
 	stopped := make(chan struct{})
 	go func() {
@@ -104,6 +123,50 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("app: grpc serve: %w", err)
 	}
 	return nil
+}
+
+// healthInterval is how often the gRPC health service asks what /readyz
+// would answer.
+const healthInterval = time.Second
+
+// followReadiness sets hs's statuses every healthInterval to what /readyz
+// answers (see setHealth) until ctx is done; serving is the status set last.
+func (a *App) followReadiness(ctx context.Context, hs *health.Server, serving bool) {
+	t := time.NewTicker(healthInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			serving = a.setHealth(ctx, hs, serving)
+		}
+	}
+}
+
+// setHealth sets the statuses of hs (the server's, "", and Envoy's
+// service's) to SERVING when /readyz would answer 200, NOT_SERVING when it
+// would answer 503, and returns whether it is serving. A change from was
+// (the status set before) is logged; a check cut short by ctx changes
+// nothing.
+func (a *App) setHealth(ctx context.Context, hs *health.Server, was bool) bool {
+	err := httpapi.Ready(ctx, a.current.Load(), a.draining)
+	if ctx.Err() != nil {
+		return was
+	}
+	st := healthpb.HealthCheckResponse_SERVING
+	if err != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	hs.SetServingStatus("", st)
+	hs.SetServingStatus(envoy.ServiceName, st)
+	switch {
+	case err != nil && was:
+		a.log.Warn("gRPC health: NOT_SERVING (/readyz answers 503)", "error", err.Error())
+	case err == nil && !was:
+		a.log.Info("gRPC health: SERVING again")
+	}
+	return err == nil
 }
 
 // serveAll runs serve[i] on lns[i], each in its goroutine, until ctx is

@@ -102,28 +102,44 @@ func (a *App) reload(ctx context.Context) (config.Config, error) {
 	if err := keepsRoutedPolicies(old, cfg); err != nil {
 		return cfg, err
 	}
-	// The Envoy folder the service started with is read again too.
+	// The Envoy folder the service started with is read again too; rules
+	// pushed by xDS stay as they are.
 	rules := old.Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
 		if rules, err = envoy.LoadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
 			return cfg, err
 		}
-		if len(rules.Domains()) == 0 && len(old.Envoy.Domains()) > 0 && !cfg.EnvoyAllowEmptyReload {
+		if emptied(old.Envoy, rules) && !cfg.EnvoyAllowEmptyReload {
 			return cfg, &config.Error{Field: "--envoy-config", Reason: fmt.Sprintf("%s holds no domain any more: every descriptor would be answered OK with no limit; restore the files, or set --envoy-allow-empty-reload to mean it", a.cfg.EnvoyConfig)}
 		}
 	}
+	return cfg, a.publish(ctx, cfg, rules)
+}
+
+// emptied reports whether next, replacing running, leaves no domain where
+// there were some.
+func emptied(running, next *envoy.Rules) bool {
+	return len(next.Domains()) == 0 && len(running.Domains()) > 0
+}
+
+// publish builds the snapshot of cfg with the Envoy rules, probes that the
+// store can decide its policies, and publishes it; on error what runs
+// stays. Callers hold a.reloading.
+func (a *App) publish(ctx context.Context, cfg config.Config, rules *envoy.Rules) error {
+	old := a.current.Load()
 	snap, err := a.snapshot(cfg, rules)
 	if err != nil {
-		return cfg, err
+		return err
 	}
 	if err := a.probe(ctx, snap.Store, snap.Stored()); err != nil {
-		return cfg, err
+		return err
 	}
 	a.current.Store(snap)
+	a.running = cfg
 	if lowered := lowered(old.Stored(), snap.Stored()); len(lowered) > 0 {
 		a.log.Warn("reload lowers limits: keys already over a new limit are refused until their windows pass", "policies", lowered)
 	}
-	return cfg, nil
+	return nil
 }
 
 // keepsRoutedPolicies refuses a configuration that no longer defines a

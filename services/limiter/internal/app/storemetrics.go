@@ -80,13 +80,18 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(sqliteReplaysDesc, prometheus.CounterValue, float64(st.Replays))
 }
 
+// backend returns the store s wraps to bound its keys, or s.
+func backend(s limiter.Store) limiter.Store {
+	if b, ok := s.(*limiter.KeyBound); ok {
+		return b.Unwrap()
+	}
+	return s
+}
+
 // storeCollectors returns the collectors that read s's own gauges and
 // counters at scrape time (no polling goroutine).
 func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
-	if b, ok := s.(*limiter.KeyBound); ok {
-		s = b.Unwrap()
-	}
-	switch s := s.(type) {
+	switch s := backend(s).(type) {
 	case *memstore.Store:
 		return []prometheus.Collector{memoryCollector{s}}
 	case *sqlitestore.Store:

@@ -2,7 +2,6 @@ package canon_test
 
 import (
 	"encoding/json"
-	"net/netip"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -65,42 +64,6 @@ func TestParseFold(t *testing.T) {
 	assert.ErrorContains(t, err, `unknown folding "cases"`)
 }
 
-func TestPeer(t *testing.T) {
-	tests := []struct {
-		in   string
-		bits int
-		want string
-	}{
-		{"1.2.3.4", 64, "1.2.3.4"},
-		{"::ffff:1.2.3.4", 64, "1.2.3.4"},
-		{"[::ffff:1.2.3.4]:5555", 64, "1.2.3.4"},
-		{"1.2.3.4:80", 64, "1.2.3.4"},
-		{"2001:db8:1:2:aaaa:bbbb:cccc:dddd", 64, "2001:db8:1:2::/64"},
-		{"[2001:db8:1:2:ffff::1]:443", 64, "2001:db8:1:2::/64"},
-		{"2001:db8:1:2::1", 48, "2001:db8:1::/48"},
-		{"2001:db8:1:2::1", 128, "2001:db8:1:2::1"},
-		{"fe80::1%eth0", 64, "fe80::/64"},
-		{"::1", 64, "::/64"},
-	}
-	for _, tt := range tests {
-		got, err := canon.PeerString(tt.in, tt.bits)
-		require.NoError(t, err, tt.in)
-		assert.Equal(t, tt.want, got, "%s /%d", tt.in, tt.bits)
-	}
-	// A /64 holder has one budget, not 2^64.
-	a, _ := canon.PeerString("2001:db8::1", canon.DefaultIPv6Prefix)
-	b, _ := canon.PeerString("2001:db8::ffff:ffff:ffff:fffe", canon.DefaultIPv6Prefix)
-	assert.Equal(t, a, b)
-	for _, bad := range []string{"", "host:80", "1.2.3"} {
-		_, err := canon.PeerString(bad, 64)
-		assert.Error(t, err, bad)
-	}
-	for _, bits := range []int{0, -1, 129} {
-		_, err := canon.Peer(netip.MustParseAddr("::1"), bits)
-		assert.Error(t, err, bits)
-	}
-}
-
 func TestObjectRefusesDuplicateMembers(t *testing.T) {
 	for _, in := range []string{
 		`{"endpoint":"a","endpoint":"b"}`,
@@ -135,4 +98,26 @@ func FuzzEndpoint(f *testing.F) {
 		require.NoError(t, err)
 		assert.Equal(t, got, again, "folding is idempotent")
 	})
+}
+
+// Names equal under Unicode case folding are duplicates: encoding/json (and
+// so many gateways written in Go) matches a member to a field
+// case-insensitively and keeps the last match, so {"endpoint":"a",
+// "ENDPOINT":"b"} would be "b" to it and "a" to an exact reader.
+func TestObjectRefusesNamesEqualUnderCaseFolding(t *testing.T) {
+	many := `"m1":1,"m2":2,"m3":3,"m4":4,"m5":5,"m6":6,"m7":7,"m8":8,"m9":9,`
+	for _, in := range []string{
+		`{"endpoint":"a","ENDPOINT":"b"}`,
+		`{"Endpoint":"a","endpoint":"b"}`,
+		`{"policy":"p","key":"k","\u212Aey":"k2"}`, // KELVIN SIGN folds to k
+		`{"ſum":1,"SUM":2}`,                        // LONG S folds to s
+		`{` + many + `"key":"a","KEY":"b"}`,        // past smallObject: the set
+		`{` + many + `"kEy":"a","\u212AEY":"b"}`,
+	} {
+		_, err := canon.AppendObject(nil, []byte(in))
+		assert.ErrorIs(t, err, canon.ErrDuplicate, in)
+	}
+	obj, err := canon.AppendObject(nil, []byte(`{`+many+`"key":"a","keys":"b","kex":1}`))
+	require.NoError(t, err, "different names are not duplicates")
+	assert.Len(t, obj, 12)
 }

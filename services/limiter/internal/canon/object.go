@@ -5,13 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode"
 	"unicode/utf8"
 )
 
-// ErrDuplicate is returned by Object for a member named twice. Parsers
-// disagree on such documents (encoding/json keeps the last, others the
-// first), so a gateway and Tollgate could read two different requests from
-// one body.
+// ErrDuplicate is returned by Object for a member named twice, names
+// compared under Unicode case folding ("endpoint" and "ENDPOINT" are one
+// name). Parsers disagree on such documents (encoding/json keeps the last,
+// others the first, and encoding/json matches names case-insensitively), so
+// a gateway and Tollgate could read two different requests from one body.
 var ErrDuplicate = errors.New("canon: duplicate member")
 
 // ErrNotObject is returned by Object for a body that is not exactly one
@@ -58,10 +60,10 @@ var ErrNotArray = errors.New("canon: not a JSON array")
 // AppendObject parses b as one JSON object and appends its members to
 // dst[:0] (a caller's array spares the allocation). Member names are
 // compared after unescaping ("a" and "\u0061" are the same name; invalid
-// UTF-8 and lone surrogates read as U+FFFD, as encoding/json reads them):
-// a name given twice is ErrDuplicate. Nested values are checked for syntax
-// only, as encoding/json checks them. Trailing data after the object is
-// ErrNotObject.
+// UTF-8 and lone surrogates read as U+FFFD, as encoding/json reads them)
+// and under Unicode case folding: a name given twice is ErrDuplicate.
+// Nested values are checked for syntax only, as encoding/json checks them.
+// Trailing data after the object is ErrNotObject.
 //
 // It is a single pass over b, on every request that has a JSON body: an
 // escaped name is the only allocation of an object of up to smallObject
@@ -156,24 +158,46 @@ func (p *scanner) document(open byte, notIt error, item func() error) error {
 	return nil
 }
 
-// duplicate reports whether name is among obj's names and, past
-// smallObject members, records it in *seen, built on first use.
+// duplicate reports whether a name equal to name under Unicode case
+// folding (bytes.EqualFold, which is how encoding/json matches names to
+// fields) is among obj's names and, past smallObject members, records it in
+// *seen, built on first use.
 func duplicate(obj Members, seen *map[string]struct{}, name []byte) bool {
 	if len(obj) < smallObject {
-		_, found := obj.Get(string(name))
-		return found
+		for _, m := range obj {
+			if bytes.EqualFold(m.name, name) {
+				return true
+			}
+		}
+		return false
 	}
 	if *seen == nil {
 		*seen = make(map[string]struct{}, 2*len(obj))
 		for _, m := range obj {
-			(*seen)[string(m.name)] = struct{}{}
+			(*seen)[foldKey(m.name)] = struct{}{}
 		}
 	}
-	if _, found := (*seen)[string(name)]; found {
+	k := foldKey(name)
+	if _, found := (*seen)[k]; found {
 		return true
 	}
-	(*seen)[string(name)] = struct{}{}
+	(*seen)[k] = struct{}{}
 	return false
+}
+
+// foldKey maps name to one spelling of its case-folding class: each rune
+// the smallest of its simple folding orbit, so that foldKey(a) ==
+// foldKey(b) exactly when bytes.EqualFold(a, b).
+func foldKey(name []byte) string {
+	b := make([]byte, 0, len(name))
+	for _, r := range string(name) {
+		least := r
+		for f := unicode.SimpleFold(r); f != r; f = unicode.SimpleFold(f) {
+			least = min(least, f)
+		}
+		b = utf8.AppendRune(b, least)
+	}
+	return string(b)
 }
 
 // scanner reads JSON (RFC 8259, as encoding/json accepts it) from b at i.

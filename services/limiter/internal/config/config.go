@@ -120,16 +120,27 @@ type Config struct {
 	// SlidingLogMaxLimit is the largest limit of a sliding_log policy.
 	SlidingLogMaxLimit int
 	// EnvoyAllowEmptyReload lets a reload leave the Envoy folder without
-	// any domain.
+	// any domain (or an xDS push leave no resource).
 	EnvoyAllowEmptyReload bool
-	MaxHeaderBytes        int // http.Server.MaxHeaderBytes, in bytes
-	ReadHeaderTimeout     time.Duration
-	ReadTimeout           time.Duration
-	WriteTimeout          time.Duration
-	IdleTimeout           time.Duration
-	ShutdownTimeout       time.Duration // how long in-flight requests may take to finish
-	LogLevel              slog.Level
-	LogFormat             string // "text" or "json"
+	// EnvoyXDSServer is the xDS management server (host:port) pushing the
+	// Envoy rules, instead of EnvoyConfig; empty: none.
+	EnvoyXDSServer string
+	// EnvoyXDSNodeID is the node id this instance subscribes as.
+	EnvoyXDSNodeID string
+	// EnvoyXDSTLS connects to EnvoyXDSServer over TLS, verifying it with
+	// the CA bundle EnvoyXDSTLSCA (empty: the system's) under the name
+	// EnvoyXDSTLSServerName (empty: the address's host), presenting the
+	// client certificate EnvoyXDSTLSCert and EnvoyXDSTLSKey when set.
+	EnvoyXDSTLS                                                           bool
+	EnvoyXDSTLSCA, EnvoyXDSTLSCert, EnvoyXDSTLSKey, EnvoyXDSTLSServerName string
+	MaxHeaderBytes                                                        int // http.Server.MaxHeaderBytes, in bytes
+	ReadHeaderTimeout                                                     time.Duration
+	ReadTimeout                                                           time.Duration
+	WriteTimeout                                                          time.Duration
+	IdleTimeout                                                           time.Duration
+	ShutdownTimeout                                                       time.Duration // how long in-flight requests may take to finish
+	LogLevel                                                              slog.Level
+	LogFormat                                                             string // "text" or "json"
 	// OffendersWindow is the interval of GET /admin/offenders: it reports
 	// the keys refused most in the current and the previous interval.
 	OffendersWindow time.Duration

@@ -149,6 +149,8 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true",
+		"envoy-xds-server": "127.0.0.1:18000", "envoy-xds-node-id": "node-7", "envoy-xds-tls": "true",
+		"envoy-xds-tls-ca": apiKeys, "envoy-xds-tls-cert": apiKeys, "envoy-xds-tls-key": apiKeys, "envoy-xds-tls-server-name": "xds.example",
 		"tls-cert": tlsAll.Cert, "tls-key": tlsAll.Key, "tls-client-ca": tlsAll.ClientCA,
 		"internal-tls-cert": tlsInternal.Cert, "internal-tls-key": tlsInternal.Key, "internal-tls-client-ca": tlsInternal.ClientCA,
 		"grpc-tls-cert": tlsGRPC.Cert, "grpc-tls-key": tlsGRPC.Key, "grpc-tls-client-ca": tlsGRPC.ClientCA,
@@ -198,6 +200,9 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, 100, c.MaxKeyBytes)
 		assert.Equal(t, 20, c.SlidingLogMaxLimit)
 		assert.True(t, c.EnvoyAllowEmptyReload)
+		assert.Equal(t, []string{"127.0.0.1:18000", "node-7", apiKeys, apiKeys, apiKeys, "xds.example"},
+			[]string{c.EnvoyXDSServer, c.EnvoyXDSNodeID, c.EnvoyXDSTLSCA, c.EnvoyXDSTLSCert, c.EnvoyXDSTLSKey, c.EnvoyXDSTLSServerName})
+		assert.True(t, c.EnvoyXDSTLS)
 		assert.Equal(t, []tlsfiles.Files{tlsAll, tlsInternal, tlsGRPC}, []tlsfiles.Files{c.TLS, c.InternalTLS, c.GRPCTLS})
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")

@@ -211,6 +211,27 @@ var settings = []setting{
 	{"max-key-bytes", "256", fmt.Sprintf("longest key part (client key, user id, endpoint) stored as it is; a longer one is stored as its SHA-256 digest (%d bytes), in every store", limiter.MinKeyBytes), intSetter(limiter.MinKeyBytes, limiter.MaxKeyLen, func(c *Config) *int { return &c.MaxKeyBytes })},
 	{"sliding-log-max-limit", "5000", "largest limit a sliding_log policy may have: it keeps one event per admitted request and counts them on every decision; for larger limits use sliding_window or token_bucket", intSetter(1, limiter.MaxLimit, func(c *Config) *int { return &c.SlidingLogMaxLimit })},
 	{"envoy-allow-empty-reload", "false", "a reload (SIGHUP) may leave --envoy-config without any domain; without it such a reload is refused, since every descriptor would then be answered OK with no limit", boolSetter(func(c *Config) *bool { return &c.EnvoyAllowEmptyReload })},
+	{"envoy-xds-server", "", "xDS management server, host:port, that pushes the Envoy rules (type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig, State of the World over ADS) as envoyproxy/ratelimit's CONFIG_TYPE=GRPC_XDS_SOTW: each version applied whole, a bad one refused (NACK) and the running rules kept; reconnects with backoff. Exclusive with --envoy-config; empty: none", func(c *Config, v string) error {
+		if v != "" {
+			if err := checkHostPort(v); err != nil {
+				return err
+			}
+		}
+		c.EnvoyXDSServer = v
+		return nil
+	}},
+	{"envoy-xds-node-id", "default", "with --envoy-xds-server: the node id this instance subscribes as (envoyproxy/ratelimit's CONFIG_GRPC_XDS_NODE_ID)", func(c *Config, v string) error {
+		if v == "" {
+			return errors.New("must not be empty")
+		}
+		c.EnvoyXDSNodeID = v
+		return nil
+	}},
+	{"envoy-xds-tls", "false", "with --envoy-xds-server: connect over TLS (1.2 or later), verifying the server (envoyproxy/ratelimit's CONFIG_GRPC_XDS_SERVER_USE_TLS)", boolSetter(func(c *Config) *bool { return &c.EnvoyXDSTLS })},
+	{"envoy-xds-tls-ca", "", "with --envoy-xds-tls: PEM file of the CA certificates that sign the management server's; empty: the system's (CONFIG_GRPC_XDS_SERVER_TLS_CACERT)", pathSetter(func(c *Config) *string { return &c.EnvoyXDSTLSCA })},
+	{"envoy-xds-tls-cert", "", "with --envoy-xds-tls: PEM file of this instance's client certificate, for a server that asks for one (mTLS); needs --envoy-xds-tls-key (CONFIG_GRPC_XDS_CLIENT_TLS_CERT)", pathSetter(func(c *Config) *string { return &c.EnvoyXDSTLSCert })},
+	{"envoy-xds-tls-key", "", "with --envoy-xds-tls-cert: PEM file of its private key (CONFIG_GRPC_XDS_CLIENT_TLS_KEY)", pathSetter(func(c *Config) *string { return &c.EnvoyXDSTLSKey })},
+	{"envoy-xds-tls-server-name", "", "with --envoy-xds-tls: the name the server's certificate must carry; empty: the host of --envoy-xds-server (CONFIG_GRPC_XDS_SERVER_TLS_SAN)", func(c *Config, v string) error { c.EnvoyXDSTLSServerName = v; return nil }},
 	{"max-header-bytes", "16384", "largest request header block, in bytes", intSetter(1024, 1<<20, func(c *Config) *int { return &c.MaxHeaderBytes })},
 	{"read-header-timeout", "5s", "time allowed to read a request's headers", durationSetter(func(c *Config) *time.Duration { return &c.ReadHeaderTimeout })},
 	{"read-timeout", "10s", "time allowed to read a whole request", durationSetter(func(c *Config) *time.Duration { return &c.ReadTimeout })},

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 )
 
 // Listener is a net.Listener whose Accept hands out at most Max connections
@@ -82,14 +82,15 @@ func (l *Listener) release(key string) {
 	}
 }
 
+// peers keys connection addresses as the rate limits do (IPv6 by /64).
+var peers, _ = httplimit.NewClients() // the default options are valid
+
 // clientKey names the client of a connection: its address as a rate-limit
 // key (IPv6 by /64), or the whole address text when it is not IP.
 func clientKey(a net.Addr) string {
 	if ta, ok := a.(*net.TCPAddr); ok {
 		if ip, ok := netip.AddrFromSlice(ta.IP); ok {
-			if k, err := canon.Peer(ip, canon.DefaultIPv6Prefix); err == nil {
-				return k
-			}
+			return peers.AddrKey(ip)
 		}
 	}
 	return a.String()

@@ -184,16 +184,16 @@ func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost i
 
 // Each evaluates every check, with the time read once: all of them are
 // counted, whatever the others answer (envoyproxy/ratelimit's rule for the
-// descriptors of one request). Refused is the first enforcing refusal. An
-// error means the store could not decide; it is counted.
-func (d *Decider) Each(ctx context.Context, checks []Check) (Verdict, error) {
+// descriptors of one request). Refused is the first enforcing refusal. The
+// verdict's Header is filled only when withHeader is true (building it
+// costs a few strings per call; a caller that sends no header fields asks
+// for none). An error means the store could not decide; it is counted.
+func (d *Decider) Each(ctx context.Context, checks []Check, withHeader bool) (Verdict, error) {
 	ctx, cancel := d.withBudget(ctx)
 	defer cancel()
 	now := d.clock.Now()
-	v := Verdict{Results: make([]Result, 0, len(checks)), Refused: -1}
-	ps := make([]limiter.Policy, len(checks))
+	v := Verdict{Results: make([]Result, 0, len(checks)), Refused: -1, Header: Header{RetryAfter: -1}}
 	for i, c := range checks {
-		ps[i] = c.Policy
 		r, err := d.decide(ctx, c, nil, now)
 		if err != nil {
 			return v, err
@@ -203,7 +203,13 @@ func (d *Decider) Each(ctx context.Context, checks []Check) (Verdict, error) {
 			v.Refused = i
 		}
 	}
-	v.Header = header(httplimit.PolicyHeader(ps), ps, v.Results)
+	if withHeader {
+		ps := make([]limiter.Policy, len(checks))
+		for i, c := range checks {
+			ps[i] = c.Policy
+		}
+		v.Header = header(httplimit.PolicyHeader(ps), ps, v.Results)
+	}
 	return v, nil
 }
 
@@ -280,7 +286,7 @@ func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
 		return h
 	}
 	s := results[shown]
-	h.Fields = httplimit.NewFields(policyHeader, ps[shown].Name, s.Decision)
+	h.Fields = httplimit.NewFields(policyHeader, ps[shown], s.Decision)
 	if refused && retry >= 0 {
 		h.RetryAfter = httplimit.RetryAfterSeconds(retry)
 	}

@@ -24,8 +24,9 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 
 // NewGRPCServer returns a gRPC server answering Envoy's rate-limit API with
 // svc, and the standard health service (grpc.health.v1) reporting SERVING
-// for "" and ServiceName. Call the health server's Shutdown when a graceful
-// stop begins, so that health checks fail while in-flight calls finish. A
+// for "" and ServiceName until its owner sets otherwise (the service follows
+// /readyz). Call the health server's Shutdown when a graceful stop begins,
+// so that health checks fail while in-flight calls finish. A
 // panic in a call is logged to log (nil discards) and answered Internal.
 // opts are added to the server's own (connection bounds, keepalive).
 func NewGRPCServer(svc *Service, log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {

@@ -76,24 +76,33 @@ func readFile(path string) ([]byte, error) {
 // key, a bad unit or limit, or anything malformed is a *ConfigError; on
 // error r is unchanged.
 func (r *Rules) Add(file string, data []byte) error {
-	p := parser{file: file, rules: r, names: map[string]string{}}
-	domain, lv, err := p.parse(data)
+	p := &parser{file: file, rules: r, names: map[string]string{}}
+	root, err := p.document(data)
+	if err != nil {
+		return err
+	}
+	return r.add(p, root)
+}
+
+// add loads the domain of root, read by p, into r; on error r is unchanged.
+func (r *Rules) add(p *parser, root *yaml.Node) error {
+	domain, lv, err := p.parse(root)
 	if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
-		return &ConfigError{File: file, Field: we.Path, Reason: we.ReasonLine()}
+		return &ConfigError{File: p.file, Field: we.Path, Reason: we.ReasonLine()}
 	} else if err != nil {
 		return err
 	}
 	for name, origin := range p.names {
 		if other, dup := r.names[name]; dup {
-			return &ConfigError{File: file, Field: origin, Reason: fmt.Sprintf("policy name %q is already used by %s", name, other)}
+			return &ConfigError{File: p.file, Field: origin, Reason: fmt.Sprintf("policy name %q is already used by %s", name, other)}
 		}
 	}
 	r.domains[domain] = lv
 	if r.files[domain] == "" {
-		r.files[domain] = file
+		r.files[domain] = p.file
 	}
 	for name, origin := range p.names {
-		r.names[name] = file + ": " + origin
+		r.names[name] = p.file + ": " + origin
 	}
 	r.policies = append(r.policies, p.policies...)
 	sort.Slice(r.policies, func(i, j int) bool { return r.policies[i].Name < r.policies[j].Name })
@@ -117,17 +126,22 @@ func (p *parser) fail(field string, n *yaml.Node, format string, args ...any) er
 	return &ConfigError{File: p.file, Field: field, Reason: reason}
 }
 
-func (p *parser) parse(data []byte) (string, level, error) {
+// document returns the root of data's one YAML document.
+func (p *parser) document(data []byte) (*yaml.Node, error) {
 	root, err := yamlwalk.OneDocument(data)
 	if errors.Is(err, yamlwalk.ErrEmpty) {
-		return "", nil, p.fail("domain", nil, "is required (the file is empty)")
+		return nil, p.fail("domain", nil, "is required (the file is empty)")
 	} else if we := (*yamlwalk.Error)(nil); errors.As(err, &we) {
-		return "", nil, err
+		return nil, &ConfigError{File: p.file, Field: we.Path, Reason: we.ReasonLine()}
 	} else if err != nil {
-		return "", nil, &ConfigError{File: p.file, Reason: "not valid YAML: " + err.Error()}
+		return nil, &ConfigError{File: p.file, Reason: "not valid YAML: " + err.Error()}
 	}
+	return root, nil
+}
+
+func (p *parser) parse(root *yaml.Node) (string, level, error) {
 	var descriptors *yaml.Node
-	err = yamlwalk.Fields(root, "", map[string]yamlwalk.Handler{
+	err := yamlwalk.Fields(root, "", map[string]yamlwalk.Handler{
 		"domain": func(path string, v *yaml.Node) error {
 			return p.str(path, v, &p.domain)
 		},
@@ -361,6 +375,7 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	// requests_per_unit left out is 0, which refuses everything, as in
 	// envoyproxy/ratelimit.
 	l.Unit, l.RequestsPerUnit = u.unit, uint32(rpu)
+	l.current = l.currentLimit()
 	l.Policy.Limit, l.Policy.Window = rpu, u.window
 	if l.Policy.Algorithm == limiter.SlidingLogUnsafe {
 		return nil, p.fail(path+".algorithm", m, "sliding_log_unsafe over-admits on purpose and never protects anything")

@@ -118,6 +118,19 @@ type Limit struct {
 	Quota bool
 	// Metadata is the descriptor's metadata, nil when none.
 	Metadata *structpb.Struct
+
+	// current is the current_limit every answer of a configured limit
+	// shares (read only, never changed once built); nil for a request's
+	// override, whose answer builds its own.
+	current *rlsv3.RateLimitResponse_RateLimit
+}
+
+// currentLimit is the current_limit of l's answers.
+func (l *Limit) currentLimit() *rlsv3.RateLimitResponse_RateLimit {
+	if l.current != nil {
+		return l.current
+	}
+	return &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
 }
 
 // blocked reports whether the limit refuses everything (requests_per_unit 0).

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -93,8 +94,8 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 			}
 		}
 	}
-	var checks []decide.Check
-	var index []int // index[j]: the descriptor of checks[j]
+	checks := make([]decide.Check, 0, len(limits))
+	index := make([]int, 0, len(limits)) // index[j]: the descriptor of checks[j]
 	for i, desc := range req.GetDescriptors() {
 		l := limits[i]
 		if l != nil && l.Name != "" && replaced[l.Name] {
@@ -127,7 +128,7 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 			return nil, unavailable(err)
 		}
 	}
-	v, err := dec.Each(ctx, checks)
+	v, err := dec.Each(ctx, checks, rules.opts.ResponseHeaders)
 	if errors.Is(err, limiter.ErrOverloaded) {
 		return nil, status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
 	}
@@ -228,8 +229,12 @@ func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.Ra
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits)),
 	}
+	// One allocation holds every status, one every duration: not one each.
+	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(limits))
+	durations := make([]durationpb.Duration, len(v.Results))
 	for i, l := range limits {
-		st := &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		st := &statuses[i]
+		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if l != nil && l.Unlimited {
 			st.LimitRemaining = math.MaxUint32
@@ -238,11 +243,11 @@ func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.Ra
 	for j, r := range v.Results {
 		l := limits[index[j]]
 		st := resp.Statuses[index[j]]
-		st.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{
-			Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit,
-		}
+		st.CurrentLimit = l.currentLimit()
 		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
-		st.DurationUntilReset = durationpb.New(max(r.ResetAfter, 0))
+		reset := max(r.ResetAfter, 0)
+		durations[j].Seconds, durations[j].Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &durations[j]
 		if r.Over && !l.Policy.Shadow { // shadows are counted and reported, never enforced
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // adminGuard throttles failed admin attempts per client: a fixed window of
@@ -55,12 +55,12 @@ func (g *adminGuard) failed(ctx context.Context, client string, now time.Time) {
 	_, _ = g.store.Allow(ctx, g.policy, limiter.Request{Key: limiter.Key{Subject: client}, Cost: 1, Now: now}) // the memory store fails only once closed
 }
 
-// adminClient names the client of an admin attempt: its address as
-// forwarding rules see it, an IPv6 address by its /64.
-func adminClient(c *gin.Context) string {
-	ip := c.ClientIP()
-	if k, err := canon.PeerString(ip, canon.DefaultIPv6Prefix); err == nil {
+// adminClient names the client of an admin attempt: its key under the
+// snapshot's client rules (the address, or behind trusted proxies the one
+// they forward; IPv6 by prefix), else the connection's address as text.
+func adminClient(c *gin.Context, s *snapshot.Snapshot) string {
+	if k, err := s.Identity.ClientRules().Key(c.Request); err == nil {
 		return k
 	}
-	return ip + c.Request.RemoteAddr
+	return c.Request.RemoteAddr
 }

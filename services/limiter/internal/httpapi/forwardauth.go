@@ -106,7 +106,7 @@ func gatewayKey(c *gin.Context, s *snapshot.Snapshot, r gateway.Rule) (key strin
 	case gateway.KeyGlobal:
 		return "global", true, nil
 	case gateway.KeyClient:
-		id, err := s.Identity.Resolve(identityRequest(c), []identity.Source{identity.Peer})
+		id, err := s.Identity.Resolve(c.Request, []identity.Source{identity.Peer})
 		if p := identityProblem(id, err); p != nil {
 			return "", false, p
 		}

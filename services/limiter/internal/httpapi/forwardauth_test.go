@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -15,7 +16,9 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/gateway"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
@@ -28,9 +31,11 @@ var (
 )
 
 func gatewayServer(t testing.TB, store limiter.Store) *server {
+	clients, err := httplimit.NewClients(httplimit.TrustProxies(netip.MustParsePrefix("10.0.0.1/32")))
+	require.NoError(t, err)
 	return newServer(t, store, func(o *options) {
 		o.Policies = append(o.Policies, apiGW, burstGW)
-		o.TrustedProxies = []string{"10.0.0.1"}
+		o.Identity = &identity.Resolver{Clients: clients}
 		o.Gateway = []gateway.Rule{
 			{Match: gateway.Match{PathPrefix: "/api/"}, Policies: []string{"api_gw"}, Key: gateway.Key{Kind: gateway.KeyClient}},
 			{Match: gateway.Match{PathPrefix: "/keyed/"}, Policies: []string{"api_gw"}, Key: gateway.Key{Kind: gateway.KeyHeader, Header: "X-Api-Key"}},

@@ -95,7 +95,7 @@ func decided(c *gin.Context, plan *decide.Plan, v decide.Verdict) *problem {
 // clientIdentity resolves /ping's identity from the configured key
 // sources: 400 for a repeated or invalid header, 401 for an unknown API key.
 func (h *handler) clientIdentity(c *gin.Context, s *snapshot.Snapshot) (identity.Identity, *problem) {
-	id, err := s.Identity.Resolve(identityRequest(c), h.pingSources)
+	id, err := s.Identity.Resolve(c.Request, h.pingSources)
 	return id, identityProblem(id, err)
 }
 
@@ -110,7 +110,9 @@ func identityProblem(id identity.Identity, err error) *problem {
 	case err != nil:
 		return fail(http.StatusBadRequest, detail(err))
 	}
-	if err := ValidateText(string(id.Source)+" key", id.Subject, limiter.MaxKeyLen, 0); err != nil {
+	// The bound is the store's on the whole key, counted on what the client
+	// sent: the namespace the service adds is not the client's to know.
+	if err := ValidateText(id.Source.Input(), id.Key, limiter.MaxKeyLen-len(id.Source.Namespace()), 0); err != nil {
 		return fail(http.StatusBadRequest, detail(err))
 	}
 	return nil
@@ -130,7 +132,7 @@ type rateClient struct {
 // client, else 400; it is skipped for a later source when absent or not
 // believed, and as the last source its absence is that 400 (ATK-01).
 func (h *handler) rateIdentity(c *gin.Context, s *snapshot.Snapshot) (rateClient, *problem) {
-	r := identityRequest(c)
+	r := c.Request
 	for i, src := range h.rateSources {
 		if src == identity.User {
 			if i < len(h.rateSources)-1 && (c.GetHeader(identity.UserIDHeader) == "" || !s.Identity.HeadersBelieved(r)) {
@@ -149,15 +151,6 @@ func (h *handler) rateIdentity(c *gin.Context, s *snapshot.Snapshot) (rateClient
 		return rateClient{key: id.Key, subject: id.Subject}, nil
 	}
 	return rateClient{}, fail(http.StatusBadRequest, "no key source applies to this request")
-}
-
-// identityRequest is what identity.Resolver reads of c's request.
-func identityRequest(c *gin.Context) identity.Request {
-	r := identity.Request{Header: c.Request.Header, ClientIP: c.ClientIP()}
-	if ap, err := netip.ParseAddrPort(c.Request.RemoteAddr); err == nil {
-		r.Peer = ap.Addr()
-	}
-	return r
 }
 
 func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
@@ -179,15 +172,15 @@ func (h *handler) handlePing(c *gin.Context, s *snapshot.Snapshot) (answer, *pro
 
 // statusSubject is the store key /status?key=K[&source=S] reads: K in the
 // namespace of source S (peer, header, api_key, user); without a source, an
-// address is a peer's (folded as /ping folds it) and anything else a header
-// key.
-func statusSubject(c *gin.Context, key string) (string, *problem) {
+// address or a CIDR prefix is a peer's and anything else a header key. A
+// peer's address is folded as /ping folds it (IPv4-mapped, the IPv6 prefix
+// of --ipv6-prefix), so that /status reads the counter /ping spends.
+func statusSubject(c *gin.Context, s *snapshot.Snapshot, key string) (string, *problem) {
+	addr, addrErr := netip.ParseAddr(key)
 	src, given := c.GetQuery("source")
 	if !given {
 		src = string(identity.Header)
-		if _, err := canon.PeerString(key, canon.DefaultIPv6Prefix); err == nil {
-			src = string(identity.Peer)
-		} else if _, err := netip.ParsePrefix(key); err == nil {
+		if _, err := netip.ParsePrefix(key); err == nil || addrErr == nil {
 			src = string(identity.Peer)
 		}
 	}
@@ -195,10 +188,8 @@ func statusSubject(c *gin.Context, key string) (string, *problem) {
 	if err != nil {
 		return "", fail(http.StatusUnprocessableEntity, "query parameter source must be peer, header, api_key or user")
 	}
-	if sources[0] == identity.Peer {
-		if k, err := canon.PeerString(key, canon.DefaultIPv6Prefix); err == nil && !strings.Contains(key, "/") {
-			key = k
-		}
+	if sources[0] == identity.Peer && addrErr == nil {
+		key = s.Identity.ClientRules().AddrKey(addr)
 	}
 	return sources[0].Namespace() + key, nil
 }
@@ -208,7 +199,7 @@ func (h *handler) handleStatus(c *gin.Context, s *snapshot.Snapshot) (answer, *p
 	if err := ValidateText("key", key, limiter.MaxKeyLen-8, 0); err != nil {
 		return answer{}, fail(http.StatusUnprocessableEntity, "query parameter "+detail(err))
 	}
-	subject, p := statusSubject(c, key)
+	subject, p := statusSubject(c, s, key)
 	if p != nil {
 		return answer{}, p
 	}
@@ -310,7 +301,7 @@ func (h *handler) admin(c *gin.Context, s *snapshot.Snapshot) *problem {
 	if h.adminKey == nil {
 		return denied
 	}
-	ctx, now, client := c.Request.Context(), s.Decider.Now(), adminClient(c)
+	ctx, now, client := c.Request.Context(), s.Decider.Now(), adminClient(c, s)
 	if p := h.guard.blocked(ctx, client, now); p != nil {
 		return p
 	}
@@ -435,13 +426,28 @@ func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *
 	}.appendJSON), nil
 }
 
-func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
-	if h.draining != nil && h.draining() {
-		return answer{}, fail(http.StatusServiceUnavailable, "shutting down")
+// ErrDraining is Ready's answer once a graceful shutdown has begun.
+var ErrDraining = errors.New("httpapi: shutting down")
+
+// Ready reports whether the service can take requests on s, as GET /readyz
+// answers it (nil: 200; an error: 503): ErrDraining when draining (nil:
+// never) says a graceful shutdown has begun, else the error of the store's
+// ping, bounded by two seconds (see decide.Decider.Ping). The gRPC health
+// service follows it too.
+func Ready(ctx context.Context, s *snapshot.Snapshot, draining func() bool) error {
+	if draining != nil && draining() {
+		return ErrDraining
 	}
-	ctx, cancel := context.WithTimeout(c.Request.Context(), readyTimeout)
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if err := s.Decider.Ping(ctx); err != nil {
+	return s.Decider.Ping(ctx)
+}
+
+func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
+	switch err := Ready(c.Request.Context(), s, h.draining); {
+	case errors.Is(err, ErrDraining):
+		return answer{}, fail(http.StatusServiceUnavailable, "shutting down")
+	case err != nil:
 		p := unavailable(err)
 		p.detail = "not ready: " + err.Error()
 		return answer{}, p

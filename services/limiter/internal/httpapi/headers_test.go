@@ -3,6 +3,8 @@ package httpapi_test
 import (
 	"context"
 	"net/http"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -126,4 +128,34 @@ func TestAuditGoesWithTheLastEnforcingPolicy(t *testing.T) {
 	}
 	assert.Equal(t, int64(2), queryInt(t, openDB(t, path), `SELECT COUNT(*) FROM api_calls WHERE key = 'key:gina'`),
 		"one audit row per allowed call, none for calls a later policy refused")
+}
+
+// On every algorithm a 429's X-RateLimit-Reset equals its Retry-After, and
+// the RateLimit t never exceeds the policy's window: on sliding_window the
+// key empties up to two windows later than it refuses.
+func TestResetAgreesWithRetryAfterOnEveryAlgorithm(t *testing.T) {
+	for _, alg := range []limiter.Algorithm{limiter.FixedWindow, limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			p := limiter.Policy{Name: "ping", Algorithm: alg, Limit: 4, Window: time.Minute}
+			s := newServer(t, openMemory(t), func(o *options) { o.Policies = []limiter.Policy{p, checkPolicy} })
+			refused := 0
+			for i := range 12 {
+				s.clock.Advance(7 * time.Second)
+				w := s.ping("frank")
+				h := w.Header()
+				tv := h.Get("RateLimit")
+				secs, err := strconv.Atoi(tv[strings.LastIndex(tv, "=")+1:])
+				require.NoError(t, err, tv)
+				assert.LessOrEqual(t, secs, 60, "step %d: t within w (%s)", i, tv)
+				if w.Code == http.StatusTooManyRequests {
+					refused++
+					assert.Equal(t, h.Get("Retry-After"), h.Get("X-RateLimit-Reset"), "step %d", i)
+					ra, err := strconv.Atoi(h.Get("Retry-After"))
+					require.NoError(t, err)
+					assert.Equal(t, min(ra, 60), secs, "step %d: t is Retry-After's wait, within w", i)
+				}
+			}
+			assert.Positive(t, refused)
+		})
+	}
 }

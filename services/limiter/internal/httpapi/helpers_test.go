@@ -31,6 +31,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
+	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
@@ -116,6 +117,8 @@ type options struct {
 	Envoy *envoy.Rules
 	// Gateway are the rules of /v1/forward-auth.
 	Gateway []gateway.Rule
+	// Identity, when set, names the clients (default: no trusted proxy).
+	Identity *identity.Resolver
 }
 
 // server is one engine under test with its fake clock, store and logs.
@@ -170,6 +173,7 @@ func (s *server) Reload(policies []limiter.Policy, pingRoute, checkRoute []strin
 		Policies: policies, PingRoute: pingRoute, CheckRoute: checkRoute,
 		Store: s.store, StoreName: s.opts.StoreName, Clock: s.clock,
 		Metrics: s.decisions, Offenders: s.refusals, Envoy: s.opts.Envoy, Gateway: s.opts.Gateway,
+		Identity: s.opts.Identity,
 	})
 	if err != nil {
 		return err

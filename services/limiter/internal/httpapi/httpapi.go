@@ -30,9 +30,6 @@ type Options struct {
 	// AdminKey guards DELETE /rate/reset and GET /admin/offenders; empty
 	// means always 403.
 	AdminKey string
-	// TrustedProxies are the CIDRs whose forwarding headers c.ClientIP
-	// believes; empty means none: the peer address is the client.
-	TrustedProxies []string
 	// Logger receives one line per request; nil discards.
 	Logger *slog.Logger
 	// Registry receives tollgate_http_requests_total and is served on
@@ -140,18 +137,12 @@ func New(o Options) (*gin.Engine, error) {
 	e.HandleMethodNotAllowed = true
 	e.RedirectTrailingSlash = false
 	e.RedirectFixedPath = false
-	if len(o.TrustedProxies) == 0 {
-		err = e.SetTrustedProxies(nil)
-	} else {
-		err = e.SetTrustedProxies(o.TrustedProxies)
-	}
-	if err != nil {
+	// Gin's c.ClientIP is never used: the snapshot's client rules
+	// (identity.Resolver, httplimit.Clients) name the client. Trusting no
+	// proxy keeps it harmless should a handler call it.
+	if err := e.SetTrustedProxies(nil); err != nil {
 		return nil, fmt.Errorf("httpapi: trusted proxies: %w", err)
 	}
-	// Only X-Forwarded-For, and only from a trusted proxy: Gin would also
-	// believe X-Real-IP, which a proxy that does not set it passes through
-	// from the client untouched.
-	e.RemoteIPHeaders = []string{"X-Forwarded-For"}
 	e.Use(h.requestID, h.observe, h.recover)
 	e.NoRoute(func(c *gin.Context) { h.writeProblem(c, fail(http.StatusNotFound, "no such route")) })
 	e.NoMethod(func(c *gin.Context) {

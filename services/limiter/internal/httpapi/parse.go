@@ -115,7 +115,7 @@ func singleHeader(c *gin.Context, name string) (string, error) {
 // the user: namespace): 400 when it is missing, invalid, or sent by a client
 // whose identity headers are not believed.
 func userIdentity(c *gin.Context, s *snapshot.Snapshot) (int64, string, *problem) {
-	if !s.Identity.HeadersBelieved(identityRequest(c)) {
+	if !s.Identity.HeadersBelieved(c.Request) {
 		return 0, "", fail(http.StatusBadRequest, "X-User-Id is believed only from a trusted proxy; this client is not one")
 	}
 	raw, err := singleHeader(c, "X-User-Id")

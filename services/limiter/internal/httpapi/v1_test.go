@@ -52,7 +52,8 @@ func TestV1Check(t *testing.T) {
 			assert.Equal(t, []any{"api"}, p["violated-policies"])
 			assert.Equal(t, 10.0, p["retry_after"])
 			assert.Equal(t, "10", w.Header().Get("Retry-After"))
-			assert.Equal(t, `"api";r=0;t=30`, w.Header().Get("RateLimit"))
+			assert.Equal(t, `"api";r=0;t=10`, w.Header().Get("RateLimit"), "on a refusal t is Retry-After's wait, not the 30 s until the bucket is full")
+			assert.Equal(t, "10", w.Header().Get("X-RateLimit-Reset"))
 
 			s.clock.Advance(10 * time.Second)
 			assert.Equal(t, http.StatusOK, s.v1(`{"policy":"api","key":"k1"}`).Code, "one token back after 10 s")

@@ -1,7 +1,8 @@
 // Package identity decides whose budget a request spends. A route names its
 // key sources in order; the first that applies gives the key:
 //
-//   - peer: the client address (after trusted proxies' X-Forwarded-For), an
+//   - peer: the client address under httplimit.Clients' rules (the same as
+//     the library's middleware): after trusted proxies' X-Forwarded-For, an
 //     IPv6 address grouped by its /64 (configurable), IPv4-mapped folded.
 //     Safe anywhere: a client cannot choose it.
 //   - header: X-Client-Key, as seed 000 does (docs/seeds.md). Client-asserted:
@@ -21,10 +22,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"net/netip"
 	"strings"
 
-	"github.com/tollgate/tollgate/services/limiter/internal/canon"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 )
 
 // Source is where a key comes from.
@@ -49,6 +49,20 @@ func (s Source) Namespace() string {
 		return "api:"
 	}
 	return "user:"
+}
+
+// Input names what the client sends for s, for error messages: the
+// header's name, or what the key is made of.
+func (s Source) Input() string {
+	switch s {
+	case Peer:
+		return "client address"
+	case Header:
+		return ClientKeyHeader
+	case APIKey:
+		return "API key name"
+	}
+	return UserIDHeader
 }
 
 // The headers the client-asserted sources read.
@@ -138,46 +152,38 @@ var (
 // Resolver resolves identities. It is immutable and safe for concurrent use.
 type Resolver struct {
 	Trust Trust
-	// IPv6Prefix groups IPv6 peers; 0 means canon.DefaultIPv6Prefix.
-	IPv6Prefix int
-	// TrustedProxies are the peers whose identity headers HeadersFromTrustedProxies believes.
-	TrustedProxies []netip.Prefix
+	// Clients names the client of a request: the peer, or behind trusted
+	// proxies the address they forward, IPv6 grouped by prefix; they are
+	// also the peers whose identity headers HeadersFromTrustedProxies
+	// believes. nil means no trusted proxy and IPv6 by /64.
+	Clients *httplimit.Clients
 	// APIKeys are the operator's keys; nil refuses every API key.
 	APIKeys *APIKeys
 	// ValidateKey checks a header's value (length, UTF-8); nil accepts all.
 	ValidateKey func(what, v string) error
 }
 
-// Request is what Resolve reads of a request: its headers, the direct
-// peer's address and the client address after trusted proxies'
-// X-Forwarded-For (which the HTTP framework computes).
-type Request struct {
-	Header   http.Header
-	Peer     netip.Addr // the connection's remote address
-	ClientIP string     // the client as forwarding rules see it; "" for Peer
-}
+// defaultClients trusts no proxy and groups IPv6 by /64.
+var defaultClients, _ = httplimit.NewClients() // the default options are valid
 
-// trusts reports whether r's identity headers are believed.
-func (rs *Resolver) trusts(r Request) bool {
-	if rs.Trust == HeadersFromAny {
-		return true
+// ClientRules returns rs's client rules.
+func (rs *Resolver) ClientRules() *httplimit.Clients {
+	if rs.Clients == nil {
+		return defaultClients
 	}
-	peer := r.Peer.Unmap()
-	for _, p := range rs.TrustedProxies {
-		if p.Contains(peer) {
-			return true
-		}
-	}
-	return false
+	return rs.Clients
 }
 
 // HeadersBelieved reports whether r may assert an identity by header.
-func (rs *Resolver) HeadersBelieved(r Request) bool { return rs.trusts(r) }
+func (rs *Resolver) HeadersBelieved(r *http.Request) bool {
+	return rs.Trust == HeadersFromAny || rs.ClientRules().PeerTrusted(r)
+}
 
 // Resolve returns the identity of r from the first of sources that applies:
-// peer always does; header and user when the header is present and
-// believed; api_key when X-Api-Key is present (unknown: ErrUnknownAPIKey).
-func (rs *Resolver) Resolve(r Request, sources []Source) (Identity, error) {
+// peer always does (unless the request has no usable client address: an
+// error); header and user when the header is present and believed; api_key
+// when X-Api-Key is present (unknown: ErrUnknownAPIKey).
+func (rs *Resolver) Resolve(r *http.Request, sources []Source) (Identity, error) {
 	for _, s := range sources {
 		id, ok, err := rs.from(r, s)
 		if err != nil || ok {
@@ -187,20 +193,12 @@ func (rs *Resolver) Resolve(r Request, sources []Source) (Identity, error) {
 	return Identity{}, ErrNoIdentity
 }
 
-func (rs *Resolver) from(r Request, s Source) (Identity, bool, error) {
+func (rs *Resolver) from(r *http.Request, s Source) (Identity, bool, error) {
 	switch s {
 	case Peer:
-		ip := r.ClientIP
-		if ip == "" {
-			ip = r.Peer.String()
-		}
-		bits := rs.IPv6Prefix
-		if bits == 0 {
-			bits = canon.DefaultIPv6Prefix
-		}
-		k, err := canon.PeerString(ip, bits)
+		k, err := rs.ClientRules().Key(r)
 		if err != nil {
-			return Identity{}, false, fmt.Errorf("identity: %w", err)
+			return Identity{}, false, err
 		}
 		return newIdentity(Peer, k), true, nil
 	case APIKey:
@@ -214,11 +212,8 @@ func (rs *Resolver) from(r Request, s Source) (Identity, bool, error) {
 		}
 		return newIdentity(APIKey, name), true, nil
 	}
-	name := ClientKeyHeader
-	if s == User {
-		name = UserIDHeader
-	}
-	if !rs.trusts(r) {
+	name := s.Input()
+	if !rs.HeadersBelieved(r) {
 		return Identity{}, false, nil
 	}
 	v, err := single(r.Header, name)

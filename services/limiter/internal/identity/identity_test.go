@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
@@ -20,12 +22,20 @@ func digest(k string) string {
 	return hex.EncodeToString(d[:])
 }
 
-func req(peer string, kv ...string) identity.Request {
-	h := http.Header{}
+func req(peer string, kv ...string) *http.Request {
+	r := httptest.NewRequest(http.MethodGet, "/", nil)
+	r.RemoteAddr = netip.AddrPortFrom(netip.MustParseAddr(peer), 1000).String()
 	for i := 0; i+1 < len(kv); i += 2 {
-		h.Add(kv[i], kv[i+1])
+		r.Header.Add(kv[i], kv[i+1])
 	}
-	return identity.Request{Header: h, Peer: netip.MustParseAddr(peer)}
+	return r
+}
+
+func clients(t *testing.T, opts ...httplimit.ClientsOption) *httplimit.Clients {
+	t.Helper()
+	c, err := httplimit.NewClients(opts...)
+	require.NoError(t, err)
+	return c
 }
 
 func TestEachSourceIsItsOwnNamespace(t *testing.T) {
@@ -45,7 +55,7 @@ func TestEachSourceIsItsOwnNamespace(t *testing.T) {
 }
 
 func TestHeadersFromTrustedProxiesOnly(t *testing.T) {
-	rs := &identity.Resolver{Trust: identity.HeadersFromTrustedProxies, TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}
+	rs := &identity.Resolver{Trust: identity.HeadersFromTrustedProxies, Clients: clients(t, httplimit.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")))}
 	ping := []identity.Source{identity.Header, identity.Peer}
 	id, err := rs.Resolve(req("192.0.2.7", "X-Client-Key", "rotated-1"), ping)
 	require.NoError(t, err)
@@ -61,13 +71,12 @@ func TestHeadersFromTrustedProxiesOnly(t *testing.T) {
 }
 
 func TestPeerUsesForwardedClientAndIPv6Prefix(t *testing.T) {
-	rs := &identity.Resolver{}
-	r := req("10.0.0.1")
-	r.ClientIP = "2001:db8:1:2:3:4:5:6"
+	rs := &identity.Resolver{Clients: clients(t, httplimit.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")))}
+	r := req("10.0.0.1", "X-Forwarded-For", "2001:db8:1:2:3:4:5:6")
 	id, err := rs.Resolve(r, []identity.Source{identity.Peer})
 	require.NoError(t, err)
 	assert.Equal(t, "peer:2001:db8:1:2::/64", id.Subject)
-	rs.IPv6Prefix = 56
+	rs.Clients = clients(t, httplimit.TrustProxies(netip.MustParsePrefix("10.0.0.0/8")), httplimit.IPv6Prefix(56))
 	id, err = rs.Resolve(r, []identity.Source{identity.Peer})
 	require.NoError(t, err)
 	assert.Equal(t, "2001:db8:1::/56", id.Key)
