@@ -27,10 +27,17 @@ type traceConfig struct {
 	seed       uint64
 	limit      int64
 	window     time.Duration
+	maxKeys    int    // distinct sources a replay may hold
+	truth      string // truthAdmitted or truthAttempts
 	steady     steadyParams
 	boundary   boundaryParams
 	population populationParams
 }
+
+// defaultMaxKeys bounds the distinct sources of a replay by default: a
+// replay keeps every source's state to its end, about 1.2 KB each, so a
+// million is a little over a gigabyte. The population trace has 250,000.
+const defaultMaxKeys = 1_000_000
 
 // defaultTraceConfig is what `lab accuracy` replays without flags, and the
 // traces of `lab all`.
@@ -41,6 +48,8 @@ func defaultTraceConfig() traceConfig {
 		seed:       1,
 		limit:      100,
 		window:     time.Minute,
+		maxKeys:    defaultMaxKeys,
+		truth:      truthAdmitted,
 		steady:     steadyParams{Sources: 1000, Windows: 30, Low: 0.5, High: 1.5},
 		boundary:   boundaryParams{Sources: 500, Windows: 30, Every: 3, Burst: 1, Background: 0.1, MaxSpan: 0.1},
 		population: populationParams{Sources: 250_000, Requests: 100_000_000, S: 1.1, AtLimit: 250},
@@ -66,7 +75,7 @@ func (c traceConfig) open() (source, func() error, error) {
 		if fi, err := f.Stat(); err == nil && fi.Mode().IsRegular() {
 			size = fi.Size()
 		}
-		src, err := newFileSource(f, size, c.format, c.limit)
+		src, err := newFileSource(f, size, c.format, c.limit, c.maxKeys)
 		if err != nil {
 			f.Close()
 			return nil, none, err
@@ -91,10 +100,14 @@ func (c traceConfig) describe() string {
 
 // name is the trace's short name, for file names and headings.
 func (c traceConfig) name() string {
+	name := c.kind
 	if c.kind == kindFile {
-		return strings.TrimSuffix(filepath.Base(c.file), filepath.Ext(c.file))
+		name = strings.TrimSuffix(filepath.Base(c.file), filepath.Ext(c.file))
 	}
-	return c.kind
+	if c.truth == truthAttempts {
+		name += "-attempts"
+	}
+	return name
 }
 
 // accuracyReport is the result of `lab accuracy`, as printed with --json.
@@ -102,6 +115,7 @@ type accuracyReport struct {
 	Command        string     `json:"command"`
 	Trace          traceInfo  `json:"trace"`
 	Policy         policyInfo `json:"policy"`
+	Truth          string     `json:"truth"`
 	Engine         string     `json:"engine"`
 	Requests       int64      `json:"requests"`
 	Sources        int64      `json:"sources"`
@@ -150,6 +164,20 @@ type algAccuracy struct {
 	// once, of |units admitted − units the exact log admitted|, as a rate in
 	// units per window.
 	RateMAD float64 `json:"rate_mad_per_window"`
+	// Attempts holds the figures only the attempts truth has.
+	Attempts *attemptsFigures `json:"attempts_truth,omitempty"`
+}
+
+// attemptsFigures are Cloudflare's measures: sources over the limit (their
+// attempts in some window exceeded it) that the algorithm never refused,
+// with the peak of the worst of them ÷ the limit; sources refused that were
+// never over; and the mean, over requests, of |the count the algorithm's
+// decision reports − the attempts in the last window| ÷ those attempts.
+type attemptsFigures struct {
+	OverNeverRefused     int64   `json:"over_never_refused_sources"`
+	OverNeverRefusedPeak float64 `json:"over_never_refused_peak"`
+	RefusedNeverOver     int64   `json:"refused_never_over_sources"`
+	RateDifference       float64 `json:"mean_relative_rate_difference"`
 }
 
 // accuracy replays c's trace and builds the report. When the trace has a
@@ -162,7 +190,7 @@ func accuracy(ctx context.Context, c traceConfig, engine string, workers int, re
 	}
 	done, total := src.progress()
 	prog := rep.start(c.name()+" ("+engine+")", src.unit(), total-done)
-	o := replayOptions{limit: c.limit, window: c.window, engine: engine, workers: workers, watch: -1, prog: prog}
+	o := replayOptions{limit: c.limit, window: c.window, truth: c.truth, engine: engine, workers: workers, watch: -1, prog: prog}
 	res, err := replay(ctx, src, o)
 	prog.Finish()
 	if err := closeSrc(); err != nil && res.events > 0 {
@@ -180,7 +208,7 @@ func accuracy(ctx context.Context, c traceConfig, engine string, workers int, re
 		if err != nil {
 			return r, err
 		}
-		o.watch, o.origin, o.workers, o.prog = int64(res.worstKey), res.first, 1, nil
+		o.watch, o.origin, o.workers, o.prog = int64(res.worstKey), worstOrigin(res.worstFalseAt, c.window), 1, nil
 		res2, err := replay(ctx, src2, o)
 		if err := close2(); err != nil {
 			return r, fmt.Errorf("lab: trace: %w", err)
@@ -192,6 +220,17 @@ func accuracy(ctx context.Context, c traceConfig, engine string, workers int, re
 	}
 	return r, nil
 }
+
+// worstOrigin is where the worst source's series starts: worstLead windows
+// before the window of its first false decision, so that the plot shows the
+// algorithms disagreeing, with the trailing sums filled before.
+func worstOrigin(falseAt int64, window time.Duration) int64 {
+	return falseAt - falseAt%int64(window) - worstLead*int64(window)
+}
+
+// worstLead is how many windows of the worst source's plot come before the
+// window of its first false decision.
+const worstLead = 3
 
 // buildAccuracy turns a replay's findings into the report.
 func buildAccuracy(c traceConfig, engine string, src source, res replayResult) accuracyReport {
@@ -205,6 +244,7 @@ func buildAccuracy(c traceConfig, engine string, src source, res replayResult) a
 			Seconds: time.Duration(res.last - res.first).Seconds(),
 		},
 		Policy:          policyInfo{Limit: c.limit, WindowSeconds: c.window.Seconds()},
+		Truth:           c.truth,
 		Engine:          engine,
 		Requests:        res.events,
 		Sources:         res.sources,
@@ -246,6 +286,15 @@ func buildAccuracy(c traceConfig, engine string, src source, res replayResult) a
 		if res.limited > 0 {
 			aa.RateMAD = float64(res.madSum[a]) / float64(res.limited) * float64(c.window) / float64(span)
 		}
+		if c.truth == truthAttempts {
+			as := res.attempts[a]
+			aa.Attempts = &attemptsFigures{
+				OverNeverRefused:     as.overNeverRefused,
+				OverNeverRefusedPeak: float64(as.worstPeak) / float64(c.limit),
+				RefusedNeverOver:     as.refusedNeverOver,
+				RateDifference:       as.diff / float64(max(1, s.requests)),
+			}
+		}
 		r.Algorithms = append(r.Algorithms, aa)
 	}
 	return r
@@ -262,7 +311,12 @@ func engineText(engine string) string {
 // writeMarkdown prints the report as a Markdown section.
 func (r accuracyReport) writeMarkdown(w io.Writer) error {
 	ew := &errWriter{w: w}
-	ew.printf("## Accuracy: %s trace\n\n", r.Trace.Kind)
+	attempts := r.Truth == truthAttempts
+	if attempts {
+		ew.printf("## Accuracy: %s trace, every attempt counted\n\n", r.Trace.Kind)
+	} else {
+		ew.printf("## Accuracy: %s trace\n\n", r.Trace.Kind)
+	}
 	if r.Trace.File != "" {
 		ew.printf("Trace: `%s`. ", r.Trace.File)
 	} else {
@@ -270,10 +324,19 @@ func (r accuracyReport) writeMarkdown(w io.Writer) error {
 	}
 	ew.printf("Policy: %d per %s for every algorithm, each source its own key. Engine: %s.\n\n",
 		r.Policy.Limit, time.Duration(r.Policy.WindowSeconds*float64(time.Second)), engineText(r.Engine))
-	ew.printf("%d requests from %d sources, %s to %s; %d sources hit the limit (the exact sliding log refused them at least once) and sent %s of the requests; the exact log admitted %d units.\n\n",
-		r.Requests, r.Sources, r.Trace.Start, r.Trace.End, r.LimitedSources, percent(float64(r.LimitedRequests)/float64(r.Requests)), r.ExactAdmitted)
+	if attempts {
+		ew.printf("Truth: every attempt counted in a sliding window (Cloudflare's measure); a request should be refused when its source's attempts in the last window, itself included, exceed the limit. ")
+		ew.printf("%d requests from %d sources, %s to %s; %d sources went over the limit and sent %s of the requests.\n\n",
+			r.Requests, r.Sources, r.Trace.Start, r.Trace.End, r.LimitedSources, percent(float64(r.LimitedRequests)/float64(r.Requests)))
+	} else {
+		ew.printf("%d requests from %d sources, %s to %s; %d sources hit the limit (the exact sliding log refused them at least once) and sent %s of the requests; the exact log admitted %d units.\n\n",
+			r.Requests, r.Sources, r.Trace.Start, r.Trace.End, r.LimitedSources, percent(float64(r.LimitedRequests)/float64(r.Requests)), r.ExactAdmitted)
+	}
 	for _, n := range r.Notes {
 		ew.printf("Note: %s.\n\n", n)
+	}
+	if attempts {
+		return r.writeAttempts(ew)
 	}
 	ew.printf("| algorithm | requests | admitted | false allows | false refusals | false allow share | false refusal share | error share | worst overshoot | rate MAD (units/window) |\n")
 	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
@@ -286,6 +349,22 @@ func (r accuracyReport) writeMarkdown(w io.Writer) error {
 	if r.WorstSource != "" {
 		ew.printf("\nWorst source: %s, %d false decisions (all algorithms together).\n", r.WorstSource, r.WorstFalses)
 	}
+	for _, p := range r.Plots {
+		ew.printf("\n![%s](%s)\n", strings.TrimSuffix(p, ".png"), p)
+	}
+	return ew.err
+}
+
+// writeAttempts prints the table of the attempts truth.
+func (r accuracyReport) writeAttempts(ew *errWriter) error {
+	ew.printf("| algorithm | requests | admitted | wrongly allowed | wrongly limited | error share | sources over, never refused | worst of them (peak ÷ limit) | sources refused, never over | mean rate difference |\n")
+	ew.printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, a := range r.Algorithms {
+		ew.printf("| %s | %d | %d | %d | %d | %s | %d | %.2f× | %d | %s |\n",
+			a.Algorithm, a.Requests, a.Admitted, a.FalseAllows, a.FalseRefusals, percent(a.ErrorShare),
+			a.Attempts.OverNeverRefused, a.Attempts.OverNeverRefusedPeak, a.Attempts.RefusedNeverOver, percent(a.Attempts.RateDifference))
+	}
+	ew.printf("\nWrongly allowed: admitted while the source's attempts in the last window exceed the limit; wrongly limited: refused while they do not. Mean rate difference: the mean over requests of |the count the algorithm's decision reports − the attempts in the last window| ÷ those attempts (Tollgate's sliding_window, sliding_log and token_bucket count admitted units only, so a source far over its limit shows a large difference). Cloudflare's published figures for its sliding window (about 400M requests, 270k sources): 0.003%% of requests wrongly allowed or limited, a mean rate difference of about 6%%, a few sources allowed less than 15%% above the threshold, none under it mitigated.\n")
 	for _, p := range r.Plots {
 		ew.printf("\n![%s](%s)\n", strings.TrimSuffix(p, ".png"), p)
 	}

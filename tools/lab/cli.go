@@ -40,7 +40,9 @@ figures) or read from a file, streamed, never loaded whole:
   population  250,000 sources with Zipf-distributed rates, 100,000,000
               requests: a few abusers far over the limit, most far under
   --trace F   CSV "timestamp,key[,cost]" (RFC 3339 or Unix nanoseconds) or a
-              common/combined access log (the host is the key)
+              common/combined access log (the host is the key); times from
+              1970 to 2260 (a line outside stops the replay, naming it), at
+              most --max-keys distinct keys (default 1,000,000)
 `
 
 // run executes one command line and returns the exit code: 0 success, 1 a
@@ -121,6 +123,7 @@ func traceFlags(fs *flag.FlagSet, c *traceConfig) {
 	fs.Uint64Var(&c.seed, "seed", c.seed, "seed of the generated trace")
 	fs.Int64Var(&c.limit, "limit", c.limit, "units allowed per window, every algorithm")
 	fs.DurationVar(&c.window, "window", c.window, "window length, whole seconds")
+	fs.IntVar(&c.maxKeys, "max-keys", c.maxKeys, "most distinct sources a replay holds (about 1.2 KB each until it ends); a trace with more stops with an error")
 	fs.IntVar(&c.steady.Sources, "steady-sources", c.steady.Sources, "steady: number of sources")
 	fs.IntVar(&c.steady.Windows, "steady-windows", c.steady.Windows, "steady: duration in windows")
 	fs.IntVar(&c.boundary.Sources, "boundary-sources", c.boundary.Sources, "boundary: number of sources")
@@ -150,13 +153,18 @@ func (c *traceConfig) check() error {
 		return bad("population: want sources, requests and a Zipf exponent above zero")
 	case c.population.AtLimit < 1 || c.population.AtLimit > c.population.Sources:
 		return bad("--population-at-limit %d: want a rank in 1..%d", c.population.AtLimit, c.population.Sources)
-	case c.population.Sources > 1<<31 || c.steady.Sources > 1<<31 || c.boundary.Sources > 1<<31:
-		return bad("too many sources")
+	case c.truth != truthAdmitted && c.truth != truthAttempts:
+		return bad("--truth %q: want %s or %s", c.truth, truthAdmitted, truthAttempts)
+	case c.maxKeys < 1 || c.maxKeys > 1<<31:
+		return bad("--max-keys %d: want at least 1, at most %d", c.maxKeys, 1<<31)
 	}
-	switch c.kind {
-	case kindSteady, kindBoundary, kindPopulation, kindFile:
-	default:
+	sources := map[string]int{kindSteady: c.steady.Sources, kindBoundary: c.boundary.Sources, kindPopulation: c.population.Sources, kindFile: 0}
+	n, ok := sources[c.kind]
+	switch {
+	case !ok:
 		return bad("--kind %q: want steady, boundary or population", c.kind)
+	case n > c.maxKeys:
+		return bad("--%s-sources %d is above --max-keys %d", c.kind, n, c.maxKeys)
 	}
 	if _, err := policies(c.limit, c.window); err != nil {
 		return usageError{err.Error()}
@@ -187,6 +195,7 @@ func runAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	o.register(fs)
 	fs.StringVar(&engine, "engine", engine, "direct (library algorithm functions on compact state; fast) or memory (memstore through limiter.Store)")
 	fs.IntVar(&workers, "workers", workers, "goroutines replaying, each a share of the sources")
+	fs.StringVar(&c.truth, "truth", c.truth, "ground truth: admitted (an exact sliding log of admitted units) or attempts (every attempt counted in a sliding window, as Cloudflare measures)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

@@ -111,7 +111,10 @@ func TestAllWritesTheReport(t *testing.T) {
 	raw, err := os.ReadFile(filepath.Join(out, "report.json"))
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(raw, &doc))
-	require.Len(t, doc.Accuracy, 3)
+	require.Len(t, doc.Accuracy, 4)
+	assert.Equal(t, truthAttempts, doc.Accuracy[3].Truth, "the population once more, under the attempts truth")
+	assert.Equal(t, kindPopulation, doc.Accuracy[3].Trace.Kind)
+	assert.Contains(t, stdout, "## Accuracy: population trace, every attempt counted")
 	assert.Len(t, doc.Cost.Rows, 8)
 	for _, r := range doc.Accuracy {
 		for _, p := range r.Plots {

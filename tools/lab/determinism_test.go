@@ -44,14 +44,18 @@ func smallArgs(kind string) []string {
 }
 
 func TestSameSeedSameFigures(t *testing.T) {
-	for _, kind := range []string{kindSteady, kindBoundary, kindPopulation} {
-		t.Run(kind, func(t *testing.T) {
-			first := accuracyJSON(t, append(smallArgs(kind), "--seed", "7")...)
-			again := accuracyJSON(t, append(smallArgs(kind), "--seed", "7", "--workers", "3")...)
-			assert.Equal(t, string(first), string(again), "same seed, another split of the work")
-			other := accuracyJSON(t, append(smallArgs(kind), "--seed", "8")...)
-			assert.NotEqual(t, string(first), string(other), "another seed, another trace")
-		})
+	for _, truth := range []string{truthAdmitted, truthAttempts} {
+		for _, kind := range []string{kindSteady, kindBoundary, kindPopulation} {
+			t.Run(truth+"/"+kind, func(t *testing.T) {
+				args := append(smallArgs(kind), "--truth", truth)
+				first := accuracyJSON(t, append(args, "--seed", "7", "--workers", "1")...)
+				again := accuracyJSON(t, append(args, "--seed", "7", "--workers", "3")...)
+				assert.Equal(t, string(first), string(again), "same seed, another split of the work")
+				assert.Equal(t, string(first), string(accuracyJSON(t, append(args, "--seed", "7", "--workers", "1")...)), "same seed, same run")
+				other := accuracyJSON(t, append(args, "--seed", "8")...)
+				assert.NotEqual(t, string(first), string(other), "another seed, another trace")
+			})
+		}
 	}
 }
 

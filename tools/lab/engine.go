@@ -29,7 +29,7 @@ type directKey struct {
 	log                                   window
 }
 
-func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, error) {
+func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, int64, error) {
 	for len(d.keys) <= k {
 		d.keys = append(d.keys, directKey{fixedStart: -1, slidingStart: -1})
 	}
@@ -44,7 +44,7 @@ func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, err
 		}
 		dec := limiter.FixedWindowDecide(p, s.fixedCount, cost, now)
 		s.fixedCount = dec.Count
-		return dec.Allowed, nil
+		return dec.Allowed, dec.Count, nil
 	case limiter.SlidingWindow:
 		start := limiter.WindowStart(now, p.Window).UnixNano()
 		switch s.slidingStart {
@@ -59,20 +59,20 @@ func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, err
 		if dec.Allowed {
 			s.slidingCur += cost
 		}
-		return dec.Allowed, nil
+		return dec.Allowed, dec.Count, nil
 	case limiter.TokenBucket:
 		dec, tat := limiter.TokenBucketDecide(p, s.tat, cost, now)
 		s.tat = tat
-		return dec.Allowed, nil
+		return dec.Allowed, dec.Count, nil
 	case limiter.SlidingLog:
 		s.log.expire(at - int64(p.Window))
 		dec := limiter.SlidingLogDecide(p, s.log.live(), cost, now)
 		if dec.Allowed {
 			s.log.push(at, cost)
 		}
-		return dec.Allowed, nil
+		return dec.Allowed, dec.Count, nil
 	}
-	return false, fmt.Errorf("lab: %q: %w", p.Algorithm, limiter.ErrUnknownAlgorithm)
+	return false, 0, fmt.Errorf("lab: %q: %w", p.Algorithm, limiter.ErrUnknownAlgorithm)
 }
 
 // memoryEngine decides through the memory store's limiter.Store interface,
@@ -94,7 +94,7 @@ func newMemoryEngine(ps [nAlgs]limiter.Policy) *memoryEngine {
 	return &memoryEngine{ps: ps, store: memstore.New(memstore.WithMaxKeys(memoryMaxKeys))}
 }
 
-func (m *memoryEngine) decide(a int, k int, key uint32, at, cost int64) (bool, error) {
+func (m *memoryEngine) decide(a int, k int, key uint32, at, cost int64) (bool, int64, error) {
 	for len(m.names) <= k {
 		m.names = append(m.names, "")
 	}
@@ -103,7 +103,7 @@ func (m *memoryEngine) decide(a int, k int, key uint32, at, cost int64) (bool, e
 	}
 	r := limiter.Request{Key: limiter.Key{Subject: m.names[k]}, Cost: cost, Now: time.Unix(0, at).UTC()}
 	d, err := m.store.Allow(context.Background(), m.ps[a], r)
-	return d.Allowed, err
+	return d.Allowed, d.Count, err
 }
 
 // close reports an eviction, which would make the replay wrong.

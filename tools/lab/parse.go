@@ -48,14 +48,16 @@ type fileSource struct {
 	examples []string // the first malformed lines, with their numbers
 	maxCost  int64    // events whose cost exceeds this are skipped and counted
 	tooDear  int64
+	maxKeys  int // distinct keys allowed; one more is an error
 }
 
 // newFileSource reads the first line to choose the format when format is
 // auto. size is the file's length, for progress (0 if unknown). Events
 // whose cost exceeds maxCost (the policy's limit: a store refuses them as
-// invalid) are skipped and counted.
-func newFileSource(r io.Reader, size int64, format string, maxCost int64) (*fileSource, error) {
-	f := &fileSource{r: bufio.NewReaderSize(r, 1<<16), size: size, ids: map[string]uint32{}, last: -1 << 63, maxCost: maxCost}
+// invalid) are skipped and counted. A key beyond the first maxKeys distinct
+// ones, and a timestamp outside tracefile's range, stop the replay.
+func newFileSource(r io.Reader, size int64, format string, maxCost int64, maxKeys int) (*fileSource, error) {
+	f := &fileSource{r: bufio.NewReaderSize(r, 1<<16), size: size, ids: map[string]uint32{}, last: -1 << 63, maxCost: maxCost, maxKeys: maxKeys}
 	if format == formatAuto {
 		format = formatCSV
 		head, _ := f.r.Peek(4096) // a shorter file gives what it has
@@ -93,6 +95,8 @@ func (f *fileSource) next(buf []event) (int, error) {
 		switch {
 		case errors.Is(err, tracefile.ErrSkip):
 			continue
+		case errors.Is(err, tracefile.ErrOutOfRange):
+			return n, fmt.Errorf("lab: trace: line %d: %w", f.line, err)
 		case err != nil:
 			f.bad++
 			if len(f.examples) < maxBadExamples {
@@ -110,6 +114,10 @@ func (f *fileSource) next(buf []event) (int, error) {
 		f.last = rec.At
 		id, ok := f.ids[string(rec.Key)]
 		if !ok {
+			if len(f.names) >= f.maxKeys {
+				return n, fmt.Errorf("lab: trace: line %d: more than %d distinct keys (--max-keys %d): each key's state is kept for the whole replay; raise --max-keys if the memory is there",
+					f.line, f.maxKeys, f.maxKeys)
+			}
 			id = uint32(len(f.names))
 			name := string(rec.Key)
 			f.ids[name] = id

@@ -27,7 +27,7 @@ func TestFileSourceDetectsTheFormat(t *testing.T) {
 	clf := "\n" + `10.0.0.1 - - [01/Jan/2026:00:00:01 +0000] "GET / HTTP/1.1" 200 5` + "\n" +
 		`10.0.0.2 - - [01/Jan/2026:00:00:02 +0000] "GET / HTTP/1.1" 200 5` + "\n" +
 		`10.0.0.1 - - [01/Jan/2026:00:00:03 +0000] "GET / HTTP/1.1" 429 0`
-	f, err := newFileSource(strings.NewReader(clf), int64(len(clf)), formatAuto, 10)
+	f, err := newFileSource(strings.NewReader(clf), int64(len(clf)), formatAuto, 10, 100)
 	require.NoError(t, err)
 	assert.Equal(t, formatCLF, f.format)
 	evs := readAll(t, f)
@@ -37,10 +37,10 @@ func TestFileSourceDetectsTheFormat(t *testing.T) {
 	done, total := f.progress()
 	assert.Equal(t, total, done, "every byte read")
 
-	f, err = newFileSource(strings.NewReader("timestamp,key\n1,a\n"), 0, formatAuto, 10)
+	f, err = newFileSource(strings.NewReader("timestamp,key\n1,a\n"), 0, formatAuto, 10, 100)
 	require.NoError(t, err)
 	assert.Equal(t, formatCSV, f.format)
-	_, err = newFileSource(strings.NewReader(""), 0, "json", 10)
+	_, err = newFileSource(strings.NewReader(""), 0, "json", 10, 100)
 	assert.ErrorContains(t, err, "want auto, csv or clf")
 }
 
@@ -56,7 +56,7 @@ func TestFileSourceCountsWhatItSkips(t *testing.T) {
 		"40,a,-1", // malformed
 		"50,b,1",  // fine, and no final newline
 	}, "\n")
-	f, err := newFileSource(strings.NewReader(in), 0, formatCSV, 10)
+	f, err := newFileSource(strings.NewReader(in), 0, formatCSV, 10, 100)
 	require.NoError(t, err)
 	evs := readAll(t, f)
 	assert.Equal(t, []event{{10, 0, 1}, {10, 1, 1}, {30, 0, 1}, {50, 1, 1}}, evs)
@@ -69,14 +69,14 @@ func TestFileSourceCountsWhatItSkips(t *testing.T) {
 
 func TestFileSourceLongLines(t *testing.T) {
 	long := "1," + strings.Repeat("k", 100_000) + "\n2,b\n"
-	f, err := newFileSource(strings.NewReader(long), 0, formatCSV, 10)
+	f, err := newFileSource(strings.NewReader(long), 0, formatCSV, 10, 100)
 	require.NoError(t, err)
 	evs := readAll(t, f)
 	require.Len(t, evs, 2, "a line longer than the read buffer is read whole")
 	assert.Len(t, f.name(0), 100_000)
 
 	huge := "1," + strings.Repeat("k", maxLine+10) + "\n"
-	f, err = newFileSource(strings.NewReader(huge), 0, formatCSV, 10)
+	f, err = newFileSource(strings.NewReader(huge), 0, formatCSV, 10, 100)
 	require.NoError(t, err)
 	_, err = f.next(make([]event, 4))
 	assert.ErrorContains(t, err, "longer than")

@@ -5,7 +5,11 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
+	"time"
 
+	"github.com/tollgate/tollgate/pkg/limiter"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -44,7 +48,19 @@ func (r *accuracyReport) plot(dir, name string) error {
 func (r *accuracyReport) plotErrors(path string) error {
 	p := plot.New()
 	p.Add(plotter.NewGrid())
-	p.Title.Text = fmt.Sprintf("%s trace: decisions that differ from an exact sliding log (%d requests)", r.Trace.Kind, r.Requests)
+	attempts := r.Truth == truthAttempts
+	var shares []string
+	for _, a := range r.Algorithms {
+		if attempts || a.Algorithm != string(limiter.SlidingLog) {
+			shares = append(shares, fmt.Sprintf("%s %.1f%%", a.Algorithm, 100*a.ErrorShare))
+		}
+	}
+	p.Title.Text = fmt.Sprintf("%s trace (%d requests): share of decisions an exact sliding log takes the other way\n%s",
+		r.Trace.Kind, r.Requests, strings.Join(shares, ", "))
+	if attempts {
+		p.Title.Text = fmt.Sprintf("%s trace (%d requests), every attempt counted: share of requests wrongly allowed or limited\n%s",
+			r.Trace.Kind, r.Requests, strings.Join(shares, ", "))
+	}
 	p.Y.Label.Text = "share of all requests (%)"
 	allows, refusals := make(plotter.Values, len(r.Algorithms)), make(plotter.Values, len(r.Algorithms))
 	names := make([]string, len(r.Algorithms))
@@ -52,6 +68,7 @@ func (r *accuracyReport) plotErrors(path string) error {
 		allows[i], refusals[i], names[i] = 100*a.FalseAllowShare, 100*a.FalseRefusalShare, a.Algorithm
 	}
 	w := vg.Points(28)
+	top := 0.0
 	for i, set := range []struct {
 		label string
 		vals  plotter.Values
@@ -65,9 +82,33 @@ func (r *accuracyReport) plotErrors(path string) error {
 		bars.Offset = vg.Length(2*i-1) * w / 2
 		p.Add(bars)
 		p.Legend.Add(set.label, bars)
+		// A value on each bar; 0 where the bar is absent (sliding_log is
+		// the truth, so it has none).
+		xys := make(plotter.XYs, len(set.vals))
+		texts := make([]string, len(set.vals))
+		for j, v := range set.vals {
+			xys[j] = plotter.XY{X: float64(j), Y: v}
+			texts[j] = fmt.Sprintf("%.1f%%", v)
+			top = max(top, v)
+		}
+		labels, err := plotter.NewLabels(plotter.XYLabels{XYs: xys, Labels: texts})
+		if err != nil {
+			return fmt.Errorf("lab: plot: %w", err)
+		}
+		labels.Offset.X = vg.Length(2*i-1) * w / 2
+		for j := range labels.TextStyle {
+			labels.TextStyle[j].XAlign = -0.5
+			labels.TextStyle[j].YAlign = 0
+		}
+		p.Add(labels)
+	}
+	if !attempts {
+		names[slices.Index(names, string(limiter.SlidingLog))] += "\n(the truth: no error)"
 	}
 	p.Legend.Top = true
+	p.Legend.Left = false
 	p.Y.Min = 0
+	p.Y.Max = 1.25*top + 0.1 // headroom for the labels and the legend
 	p.NominalX(names...)
 	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
 	return save(p, path)
@@ -85,25 +126,39 @@ func (r *accuracyReport) plotWorst(path string) error {
 	for _, n := range s.attempts {
 		attempts += n
 	}
-	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests, %d false decisions): admitted in the last window",
-		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses)
-	p.X.Label.Text = "windows since the trace's start"
-	p.Y.Label.Text = "units admitted in the last window"
+	// The series starts worstLead windows before the first disagreement;
+	// its first window only fills the trailing sums and is not drawn.
 	line := func(counts []int64) plotter.XYs {
-		xy := make(plotter.XYs, len(s.attempts))
+		var xy plotter.XYs
 		var trailing int64
-		for i := range xy {
-			if i < len(counts) {
-				trailing += counts[i]
-			}
-			if j := i - seriesBins; j >= 0 && j < len(counts) {
+		for i := range counts {
+			trailing += counts[i]
+			if j := i - seriesBins; j >= 0 {
 				trailing -= counts[j]
 			}
-			xy[i].X = float64(i+1) / seriesBins
-			xy[i].Y = float64(trailing)
+			if i >= seriesBins-1 {
+				xy = append(xy, plotter.XY{X: float64(int64(i+1)*s.bin) / float64(time.Second), Y: float64(trailing)})
+			}
 		}
 		return xy
 	}
+	var peaks []string
+	top := float64(r.Policy.Limit)
+	for a, alg := range labAlgorithms {
+		if alg == limiter.SlidingLog {
+			continue
+		}
+		peak := 0.0
+		for _, xy := range line(s.algs[a]) {
+			peak = max(peak, xy.Y)
+		}
+		top = max(top, peak)
+		peaks = append(peaks, fmt.Sprintf("%s %.2f×", alg, peak/float64(r.Policy.Limit)))
+	}
+	p.Title.Text = fmt.Sprintf("%s trace, source %s (%d requests here, %d false decisions in all), where the algorithms first disagree\nmost admitted in one window, ÷ the limit: %s (the exact log never exceeds 1×)",
+		r.Trace.Kind, r.WorstSource, attempts, r.WorstFalses, strings.Join(peaks, ", "))
+	p.X.Label.Text = "seconds since " + time.Unix(0, s.origin).UTC().Format(time.RFC3339Nano)
+	p.Y.Label.Text = "units admitted in the last window"
 	exact, err := plotter.NewLine(line(s.exact))
 	if err != nil {
 		return fmt.Errorf("lab: plot: %w", err)
@@ -132,6 +187,7 @@ func (r *accuracyReport) plotWorst(path string) error {
 	p.Legend.Add("limit", limit)
 	p.Legend.Top = true
 	p.Y.Min = 0
+	p.Y.Max = 1.3 * top
 	return save(p, path)
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,11 +52,24 @@ func (w *window) push(at, cost int64) {
 
 func (w *window) live() []limiter.Event { return w.ev[w.head:] }
 
-// decider makes one algorithm's decision for one key. Keys are numbered
-// locally to a worker (k) and globally in the trace (key).
+// decider makes one algorithm's decision for one key, and returns the
+// count the decision reports (limiter.Decision.Count: the algorithm's own
+// estimate of the units in the window). Keys are numbered locally to a
+// worker (k) and globally in the trace (key).
 type decider interface {
-	decide(a int, k int, key uint32, at, cost int64) (bool, error)
+	decide(a int, k int, key uint32, at, cost int64) (bool, int64, error)
 }
+
+// Ground truths. admitted: an exact sliding log of the units admitted (a
+// request is right to refuse when admitting it would put more than the
+// limit in the last window). attempts: every attempt counted in a sliding
+// window, as Cloudflare measures (a request is right to refuse when its
+// source's attempts in the last window, itself included, exceed the
+// limit).
+const (
+	truthAdmitted = "admitted"
+	truthAttempts = "attempts"
+)
 
 // Engines.
 const (
@@ -68,16 +82,29 @@ const (
 type keyState struct {
 	exact      window
 	exactUnits int64
+	tried      window // attempts truth: every attempt in the last window
+	peak       int64  // attempts truth: most attempted units in a window
 	falses     uint32 // false decisions, every algorithm together
-	hit        bool   // the exact log refused at least once
+	falseAt    int64  // time of the first
+	hit        bool   // the truth refused at least once
 	requests   int64
 	first      int64 // index in the trace of the key's first request
 	algs       [nAlgs]keyAlg
 }
 
 type keyAlg struct {
-	adm   window // admitted units in the last window
-	units int64  // admitted units in the whole trace
+	adm     window  // admitted units in the last window
+	units   int64   // admitted units in the whole trace
+	refused bool    // refused at least once
+	diff    float64 // attempts truth: sum of |count − attempts| ÷ attempts
+}
+
+// falsify counts a false decision at time at.
+func (ks *keyState) falsify(at int64) {
+	if ks.falses == 0 {
+		ks.falseAt = at
+	}
+	ks.falses++
 }
 
 // algStats are one algorithm's totals.
@@ -88,11 +115,17 @@ type algStats struct {
 	worstKey                                       uint32 // whose request that was
 }
 
-// seriesBins is how many bins of a series make one window.
-const seriesBins = 20
+// seriesBins is how many bins of a series make one window, and
+// worstWindows how many windows a series spans: its size is fixed,
+// whatever the span of the trace.
+const (
+	seriesBins   = 20
+	worstWindows = 10
+)
 
 // series counts, per bin of time, the units one source attempted, the exact
-// log admitted, and each algorithm admitted.
+// log admitted, and each algorithm admitted, over worstWindows windows from
+// origin; what falls outside is not counted.
 type series struct {
 	origin, bin int64
 	attempts    []int64
@@ -100,24 +133,35 @@ type series struct {
 	algs        [nAlgs][]int64
 }
 
-func (s *series) add(counts *[]int64, at, cost int64) {
-	i := int((at - s.origin) / s.bin)
-	for len(*counts) <= i {
-		*counts = append(*counts, 0)
+func newSeries(origin int64, window time.Duration) *series {
+	const n = worstWindows * seriesBins
+	s := &series{origin: origin, bin: max(1, int64(window)/seriesBins), attempts: make([]int64, n), exact: make([]int64, n)}
+	for a := range s.algs {
+		s.algs[a] = make([]int64, n)
 	}
-	(*counts)[i] += cost
+	return s
+}
+
+func (s *series) add(counts []int64, at, cost int64) {
+	if at < s.origin {
+		return
+	}
+	if i := (at - s.origin) / s.bin; i < int64(len(counts)) {
+		counts[i] += cost
+	}
 }
 
 // worker replays the keys k of a trace with k % of == idx.
 type worker struct {
-	idx, of int
-	limit   int64
-	window  int64
-	eng     decider
-	keys    []keyState
-	stats   [nAlgs]algStats
-	watch   *series // when set, the trace holds one key and this records it
-	err     error
+	idx, of  int
+	limit    int64
+	window   int64
+	attempts bool // the attempts truth
+	eng      decider
+	keys     []keyState
+	stats    [nAlgs]algStats
+	watch    *series // when set, the trace holds one key and this records it
+	err      error
 }
 
 func (w *worker) run(in <-chan *batch, free chan<- *batch) {
@@ -156,21 +200,32 @@ func (w *worker) replay(evs []event, base int64) error {
 		if truth {
 			ks.exact.push(e.at, cost)
 			ks.exactUnits += cost
-		} else {
+		}
+		if w.attempts {
+			ks.tried.expire(cut)
+			ks.tried.push(e.at, cost)
+			ks.peak = max(ks.peak, ks.tried.sum)
+			truth = ks.tried.sum <= w.limit
+		}
+		if !truth {
 			ks.hit = true
 		}
 		if w.watch != nil {
-			w.watch.add(&w.watch.attempts, e.at, cost)
+			w.watch.add(w.watch.attempts, e.at, cost)
 			if truth {
-				w.watch.add(&w.watch.exact, e.at, cost)
+				w.watch.add(w.watch.exact, e.at, cost)
 			}
 		}
 		for a := range nAlgs {
-			ok, err := w.eng.decide(a, k, e.key, e.at, cost)
+			ok, count, err := w.eng.decide(a, k, e.key, e.at, cost)
 			if err != nil {
 				return err
 			}
 			s, ka := &w.stats[a], &ks.algs[a]
+			ka.refused = ka.refused || !ok
+			if w.attempts {
+				ka.diff += math.Abs(float64(count-ks.tried.sum)) / float64(ks.tried.sum)
+			}
 			s.requests++
 			switch {
 			case ok:
@@ -183,14 +238,14 @@ func (w *worker) replay(evs []event, base int64) error {
 				}
 				if !truth {
 					s.falseAllows++
-					ks.falses++
+					ks.falsify(e.at)
 				}
 				if w.watch != nil {
-					w.watch.add(&w.watch.algs[a], e.at, cost)
+					w.watch.add(w.watch.algs[a], e.at, cost)
 				}
 			case truth:
 				s.falseRefusals++
-				ks.falses++
+				ks.falsify(e.at)
 			}
 		}
 	}
@@ -209,10 +264,11 @@ type batch struct {
 type replayOptions struct {
 	limit   int64
 	window  time.Duration
+	truth   string // truthAdmitted or truthAttempts
 	engine  string
 	workers int
 	watch   int64 // a key to follow alone (its events only), or -1
-	origin  int64 // start of the watched series' first bin
+	origin  int64 // start of the watched series' first bin; it spans worstWindows windows
 	prog    *progress
 }
 
@@ -228,6 +284,8 @@ type replayResult struct {
 	worstKey            uint32       // the key with the most false decisions
 	worstFalses         uint32
 	worstFirst          int64 // index in the trace of its first request
+	worstFalseAt        int64 // time of its first false decision
+	attempts            [nAlgs]attemptsStats
 	watch               *series
 	elapsed             time.Duration
 }
@@ -252,7 +310,7 @@ func replay(ctx context.Context, src source, o replayOptions) (replayResult, err
 	}
 	workers := make([]*worker, max(1, o.workers))
 	for i := range workers {
-		w := &worker{idx: i, of: len(workers), limit: o.limit, window: int64(o.window)}
+		w := &worker{idx: i, of: len(workers), limit: o.limit, window: int64(o.window), attempts: o.truth == truthAttempts}
 		switch o.engine {
 		case engineDirect:
 			w.eng = &directEngine{ps: ps}
@@ -264,7 +322,7 @@ func replay(ctx context.Context, src source, o replayOptions) (replayResult, err
 		workers[i] = w
 	}
 	if o.watch >= 0 {
-		workers[0].watch = &series{origin: o.origin, bin: max(1, int64(o.window)/seriesBins)}
+		workers[0].watch = newSeries(o.origin, o.window)
 	}
 	nb := 4 * len(workers)
 	free := make(chan *batch, nb)
@@ -342,9 +400,19 @@ func produce(ctx context.Context, src source, o replayOptions, ins []chan *batch
 	}
 }
 
+// attemptsStats are one algorithm's figures under the attempts truth.
+type attemptsStats struct {
+	overNeverRefused int64   // sources over the limit the algorithm never refused
+	worstPeak        int64   // the most attempted units in a window among them
+	refusedNeverOver int64   // sources refused, never over the limit
+	diff             float64 // sum over requests of |count − attempts| ÷ attempts
+}
+
 // merge adds up the workers' findings, in an order that does not depend on
 // how the work was split.
 func (r *replayResult) merge(workers []*worker) {
+	// Float sums in key order, whatever the split.
+	var diffs [nAlgs][]float64
 	for _, w := range workers {
 		for a := range nAlgs {
 			s, ws := &r.stats[a], w.stats[a]
@@ -364,7 +432,23 @@ func (r *replayResult) merge(workers []*worker) {
 			}
 			r.exactAdmitted += ks.exactUnits
 			if ks.falses > r.worstFalses || ks.falses == r.worstFalses && ks.falses > 0 && ks.first < r.worstFirst {
-				r.worstFalses, r.worstKey, r.worstFirst = ks.falses, key, ks.first
+				r.worstFalses, r.worstKey, r.worstFirst, r.worstFalseAt = ks.falses, key, ks.first, ks.falseAt
+			}
+			if workers[0].attempts {
+				for a := range nAlgs {
+					ka, as := &ks.algs[a], &r.attempts[a]
+					switch {
+					case ks.hit && !ka.refused:
+						as.overNeverRefused++
+						as.worstPeak = max(as.worstPeak, ks.peak)
+					case !ks.hit && ka.refused:
+						as.refusedNeverOver++
+					}
+					for len(diffs[a]) <= int(key) {
+						diffs[a] = append(diffs[a], 0)
+					}
+					diffs[a][key] = ka.diff
+				}
 			}
 			if !ks.hit {
 				continue
@@ -378,6 +462,11 @@ func (r *replayResult) merge(workers []*worker) {
 		}
 		if w.watch != nil {
 			r.watch = w.watch
+		}
+	}
+	for a := range nAlgs {
+		for _, d := range diffs[a] {
+			r.attempts[a].diff += d
 		}
 	}
 }

@@ -22,6 +22,29 @@ type Record struct {
 // ErrSkip marks a line that holds no request (blank, comment, CSV header).
 var ErrSkip = errors.New("tracefile: no request on this line")
 
+// ErrOutOfRange marks a timestamp outside [MinTime, MaxTime): a line the
+// replay cannot do time arithmetic on. Unlike a malformed line it is not
+// skipped: a trace that holds one is not what its writer meant.
+var ErrOutOfRange = errors.New("outside the lab's range")
+
+// The range of the timestamps a trace may hold. Unix nanoseconds in an
+// int64 end in April 2262; MaxTime leaves more than a year below that, so
+// that a time plus the longest window (limiter.MaxWindow) cannot overflow.
+var (
+	MinTime = time.Unix(0, 0).UTC()
+	MaxTime = time.Date(2261, 1, 1, 0, 0, 0, 0, time.UTC)
+)
+
+// inRange returns t in Unix nanoseconds, or ErrOutOfRange naming the
+// timestamp as written (text).
+func inRange(t time.Time, text []byte) (int64, error) {
+	if t.Before(MinTime) || !t.Before(MaxTime) {
+		return 0, fmt.Errorf("timestamp %s is %w [%s, %s)", text, ErrOutOfRange,
+			MinTime.Format(time.RFC3339), MaxTime.Format(time.RFC3339))
+	}
+	return t.UnixNano(), nil
+}
+
 // ParseCSV parses "timestamp,key[,cost]" into rec and returns the scratch
 // buffer, grown to hold the key. The timestamp is RFC 3339
 // (any fraction) or integer Unix nanoseconds; the key may be double-quoted
@@ -94,20 +117,21 @@ func csvField(s, dst []byte) (field, rest []byte, err error) {
 	return dst, nil, fmt.Errorf("unterminated quote")
 }
 
-// parseTimestamp reads RFC 3339 or integer Unix nanoseconds.
+// parseTimestamp reads RFC 3339 or integer Unix nanoseconds, in
+// [MinTime, MaxTime).
 func parseTimestamp(b []byte) (int64, error) {
 	if len(b) > 0 && (b[0] >= '0' && b[0] <= '9' || b[0] == '-') && !bytes.ContainsAny(b, ":T") {
 		n, err := strconv.ParseInt(string(b), 10, 64)
 		if err != nil {
 			return 0, fmt.Errorf("timestamp %q is not Unix nanoseconds", b)
 		}
-		return n, nil
+		return inRange(time.Unix(0, n), b)
 	}
 	t, err := time.Parse(time.RFC3339Nano, string(b))
 	if err != nil {
 		return 0, fmt.Errorf("timestamp %q is neither RFC 3339 nor Unix nanoseconds", b)
 	}
-	return t.UnixNano(), nil
+	return inRange(t, b)
 }
 
 // clfTime is the time layout of common and combined access logs.
@@ -139,15 +163,19 @@ func ParseCLF(line []byte, rec *Record, scratch []byte) ([]byte, error) {
 	if err != nil {
 		return scratch, fmt.Errorf("time %q: want %s", line[open+1:open+closing], clfTime)
 	}
+	at, err := inRange(t, []byte(t.UTC().Format(time.RFC3339)))
+	if err != nil {
+		return scratch, err
+	}
 	key := append(scratch[:0], host...)
-	rec.At, rec.Key, rec.Cost = t.UnixNano(), key, 1
+	rec.At, rec.Key, rec.Cost = at, key, 1
 	return key, nil
 }
 
 // LooksLikeCLF reports whether line reads as an access log line rather than
-// CSV.
+// CSV (its time may be out of range: the parse will say so).
 func LooksLikeCLF(line []byte) bool {
 	var rec Record
 	_, err := ParseCLF(line, &rec, nil)
-	return err == nil
+	return err == nil || errors.Is(err, ErrOutOfRange)
 }

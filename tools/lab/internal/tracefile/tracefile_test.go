@@ -80,7 +80,7 @@ func TestParseCLFLine(t *testing.T) {
 // FuzzParseCSVLine: no input panics; a parsed line written back as CSV
 // (key quoted) parses to the same record.
 func FuzzParseCSVLine(f *testing.F) {
-	for _, s := range []string{"1,a", "2026-01-01T00:00:00Z,b,3", `5,"q,""x""",2`, "timestamp,key", "#", "1,\"", "-5,a,1"} {
+	for _, s := range []string{"1,a", "2026-01-01T00:00:00Z,b,3", `5,"q,""x""",2`, "timestamp,key", "#", "1,\"", "-5,a,1", "-9223372036854775808,a", "2263-01-01T00:00:00Z,a"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, line string) {
@@ -91,6 +91,7 @@ func FuzzParseCSVLine(f *testing.F) {
 		}
 		require.NotEmpty(t, rec.Key)
 		require.GreaterOrEqual(t, rec.Cost, int64(1))
+		requireInRange(t, rec.At)
 		again := fmt.Sprintf("%d,\"%s\",%d", rec.At, strings.ReplaceAll(string(rec.Key), `"`, `""`), rec.Cost)
 		var rec2 Record
 		_, err = ParseCSV([]byte(again), &rec2, nil)
@@ -107,6 +108,7 @@ func FuzzParseCLFLine(f *testing.F) {
 	f.Add(`192.0.2.7 - frank [10/Oct/2000:13:55:36 -0700] "GET / HTTP/1.0" 200 2326`)
 	f.Add(`h - - [] "x"`)
 	f.Add(`[`)
+	f.Add(`h - - [01/Jan/2263:00:00:00 +0000] "GET / HTTP/1.1" 200 5`)
 	f.Fuzz(func(t *testing.T, line string) {
 		var rec Record
 		_, err := ParseCLF([]byte(line), &rec, nil)
@@ -116,5 +118,43 @@ func FuzzParseCLFLine(f *testing.F) {
 		require.NotEmpty(t, rec.Key)
 		require.NotContains(t, string(rec.Key), " ")
 		require.Equal(t, int64(1), rec.Cost)
+		requireInRange(t, rec.At)
 	})
+}
+
+// requireInRange: a parsed time is one the replay can add a window to.
+func requireInRange(t *testing.T, at int64) {
+	t.Helper()
+	require.GreaterOrEqual(t, at, MinTime.UnixNano())
+	require.Less(t, at, MaxTime.UnixNano())
+}
+
+func TestTimestampRange(t *testing.T) {
+	for _, tc := range []struct {
+		line string
+		ok   bool
+	}{
+		{"0,a", true},
+		{"-1,a", false},
+		{"-9223372036854775808,a", false},
+		{"9223372036854775807,a", false},
+		{"2200-06-01T00:00:00Z,a", true},
+		{"2260-12-31T23:59:59.999999999Z,a", true},
+		{"2261-01-01T00:00:00Z,a", false},
+		{"2263-01-01T00:00:00Z,a", false}, // UnixNano would wrap to 1678
+		{"9999-12-31T23:59:59Z,a", false},
+		{"1969-12-31T23:59:59Z,a", false},
+	} {
+		var rec Record
+		_, err := ParseCSV([]byte(tc.line), &rec, nil)
+		if tc.ok {
+			assert.NoError(t, err, tc.line)
+			continue
+		}
+		assert.ErrorIs(t, err, ErrOutOfRange, tc.line)
+	}
+	var rec Record
+	_, err := ParseCLF([]byte(`h - - [01/Jan/2263:00:00:00 +0000] "GET / HTTP/1.1" 200 5`), &rec, nil)
+	require.ErrorIs(t, err, ErrOutOfRange)
+	assert.Contains(t, err.Error(), "timestamp 2263-01-01T00:00:00Z is outside the lab's range [1970-01-01T00:00:00Z, 2261-01-01T00:00:00Z)")
 }
