@@ -426,6 +426,10 @@ func (h *handler) handleV1Check(c *gin.Context, s *snapshot.Snapshot) (answer, *
 	}.appendJSON), nil
 }
 
+// notReadyPublic is /readyz's 503 detail on the public listener, which
+// keeps the store's error (addresses, error text) to the internal one.
+const notReadyPublic = "not ready: the store cannot decide; the internal listener's /readyz and the log say why"
+
 // ErrDraining is Ready's answer once a graceful shutdown has begun.
 var ErrDraining = errors.New("httpapi: shutting down")
 
@@ -450,6 +454,12 @@ func (h *handler) handleReady(c *gin.Context, s *snapshot.Snapshot) (answer, *pr
 	case err != nil:
 		p := unavailable(err)
 		p.detail = "not ready: " + err.Error()
+		if h.listener == PublicRoutes {
+			// The store's error names its nodes' addresses: for operators,
+			// on the internal listener and in the log (p.cause), not for
+			// every client.
+			p.detail = notReadyPublic
+		}
 		return answer{}, p
 	}
 	return ok(gin.H{"status": "ready"}), nil

@@ -104,6 +104,7 @@ type handler struct {
 	requests    *prometheus.CounterVec // route, code_class
 	adminKey    *[32]byte              // SHA-256 of the admin key; nil when unset
 	draining    func() bool
+	listener    Listener
 	pingSources []identity.Source
 	rateSources []identity.Source
 	fold        canon.Fold
@@ -122,7 +123,7 @@ func New(o Options) (*gin.Engine, error) {
 	if o.Snapshot == nil || o.Registry == nil {
 		return nil, errors.New("httpapi: options need a snapshot and a registry")
 	}
-	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, pingSources: o.PingSources, rateSources: o.RateSources, fold: o.EndpointFold,
+	h := &handler{current: o.Snapshot, log: o.Logger, draining: o.Draining, listener: o.Listener, pingSources: o.PingSources, rateSources: o.RateSources, fold: o.EndpointFold,
 		storeErrors: newSampler(storeErrorBurst, storeErrorInterval, time.Now), access: o.AccessLog, refusals: newKeySampler(refusalKeys)}
 	if h.log == nil {
 		h.log = slog.New(slog.DiscardHandler)

@@ -16,6 +16,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
+	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 )
 
 func (s *server) ready() int {
@@ -108,6 +109,30 @@ func TestReadyzFollowsFailingDecisions(t *testing.T) {
 	s.clock.Advance(11 * time.Second)
 	assert.Equal(t, http.StatusOK, s.ready(), "out of the window")
 	assert.Equal(t, http.StatusOK, s.ping("after").Code)
+}
+
+// TestPublicReadyzHidesTheStoreError: with an internal listener, the
+// public one's /readyz says not ready without the store's error (which
+// names Redis nodes' addresses), while the internal one still says why.
+func TestPublicReadyzHidesTheStoreError(t *testing.T) {
+	path := sqliteDB(t)
+	store, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	t.Cleanup(func() { closeStore(t, store) })
+	public := newServer(t, store, func(o *options) { o.Listener = httpapi.PublicRoutes })
+	require.Equal(t, http.StatusOK, public.ready())
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, db.Close()) })
+	_, err = db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON rate_limit_windows BEGIN SELECT RAISE(ABORT, 'refused'); END`)
+	require.NoError(t, err)
+	for i := range 6 {
+		assertProblem(t, public.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
+	}
+	body := assertProblem(t, public.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
+	assert.Equal(t, "not ready: the store cannot decide; the internal listener's /readyz and the log say why", body["detail"])
+	assert.NotContains(t, fmt.Sprint(body), "store calls failed", "the store's error stays off the public listener")
 }
 
 // TestStoreErrorLogsAreSampled: a store failing every request logs the
