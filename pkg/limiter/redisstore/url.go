@@ -58,6 +58,11 @@ type Target struct {
 	single             *redis.Options // Single: go-redis's own reading of the URL
 }
 
+// ErrURLHash is ParseURL's error for a URL holding a '#', which would end
+// it: the text after it, often the rest of a password, would be ignored.
+// It quotes nothing of the URL, and wraps ErrInvalidConfig.
+var ErrURLHash = fmt.Errorf("redisstore: URL: a '#' ends a URL: write a '#' of the user or password as %%23: %w", ErrInvalidConfig)
+
 // ParseURL reads a Redis URL without connecting:
 //
 //	redis://[user:password@]host:port[/db]            one server (go-redis's URL, query options too)
@@ -70,6 +75,11 @@ type Target struct {
 func ParseURL(raw string) (Target, error) {
 	bad := func(format string, args ...any) (Target, error) {
 		return Target{}, fmt.Errorf("redisstore: URL: "+format+": %w", append(args, ErrInvalidConfig)...)
+	}
+	if strings.Contains(raw, "#") {
+		// The rest would be a fragment: redis://:12#s3cret@host reads as
+		// port 12 of localhost, the secret left in the fragment.
+		return Target{}, ErrURLHash
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
 	if !ok {

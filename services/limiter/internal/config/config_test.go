@@ -371,6 +371,8 @@ func TestLoadErrorsAreOneLineNamingTheField(t *testing.T) {
 			want: `config: --addr: "localhost" is not host:port`},
 		{name: "redis url password redacted", args: []string{"--redis-url=http://u:secret@h"},
 			want: `config: --redis-url: "http://u:xxxxx@h" is not a Redis URL: redis[s]://host:port[/db], redis[s]+cluster://host:port[,host:port...]/ or redis[s]+sentinel://host:port[,host:port...]/MASTER[/db]`},
+		{name: "redis url with a '#' in the password", args: []string{"--redis-url=redis://:12#s3cret@db.example:6379"},
+			want: `config: --redis-url: "redis://:12": redisstore: URL: a '#' ends a URL: write a '#' of the user or password as %23: invalid configuration`},
 		{name: "log level", args: []string{"--log-level=loud"},
 			want: `config: --log-level: "loud" is not one of debug, info, warn, error`},
 		{name: "log format", env: map[string]string{"LIMITER_LOG_FORMAT": "xml"},

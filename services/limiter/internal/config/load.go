@@ -105,7 +105,9 @@ var settings = []setting{
 		return nil
 	}},
 	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL (store redis): redis://host:port/db for one server, redis+cluster://host:port[,host:port...]/ for Redis Cluster, redis+sentinel://host:port[,host:port...]/MASTER[/db] for Sentinel; rediss... for TLS", func(c *Config, v string) error {
-		if _, err := redisstore.ParseURL(v); err != nil {
+		if _, err := redisstore.ParseURL(v); errors.Is(err, redisstore.ErrURLHash) {
+			return fmt.Errorf("%q: %w", redactURL(v), err) // quotes nothing of the URL
+		} else if err != nil {
 			// err is left out: it could quote a part of the URL's password.
 			return fmt.Errorf("%q is not a Redis URL: redis[s]://host:port[/db], redis[s]+cluster://host:port[,host:port...]/ or redis[s]+sentinel://host:port[,host:port...]/MASTER[/db]", redactURL(v))
 		}
@@ -337,6 +339,7 @@ func intSetter(lo, hi int, field func(*Config) *int) func(*Config, string) error
 // redactURL hides a password in a URL echoed in an error.
 func redactURL(v string) string {
 	if u, err := url.Parse(v); err == nil {
+		u.Fragment, u.RawFragment = "", "" // may hold the rest of a password cut at a '#'
 		return u.Redacted()
 	}
 	return "(unparsable URL)"
