@@ -32,6 +32,14 @@ func TestEndpointVariantsFold(t *testing.T) {
 		{"/", canon.FoldTrailingSlash, "/"},
 		{"//", canon.FoldAll, "/"},
 		{" //Orders/%6Fne/?x ", canon.FoldAll, "/orders/one"},
+		{"/orders ?x", canon.FoldAll, "/orders"},
+		{"/a/./b", canon.FoldDots, "/a/b"},
+		{"/a/b/../c", canon.FoldDots, "/a/c"},
+		{"/../../a", canon.FoldDots, "/a"},
+		{"/a/b/..", canon.FoldDots, "/a/"},
+		{"/a/%2E%2E/b", canon.FoldPercent | canon.FoldDots, "/b"},
+		{"a/../b", canon.FoldDots, "a/../b"},
+		{"/a/.b/..c", canon.FoldDots, "/a/.b/..c"},
 		{"caf\u0065\u0301", 0, "caf\u00e9"}, // NFD -> NFC, always
 		{"caf\u00e9", 0, "caf\u00e9"},
 		{"/Orders/", 0, "/Orders/"}, // no folding asked: only NFC
@@ -86,7 +94,7 @@ func TestObjectRefusesDuplicateMembers(t *testing.T) {
 }
 
 func FuzzEndpoint(f *testing.F) {
-	for _, s := range []string{"/orders", " //Orders/%6F?x", "caf\u0065\u0301", "a\x00"} {
+	for _, s := range []string{"/orders", " //Orders/%6F?x", "caf\u0065\u0301", "a\x00", "/orders ?x", "/a/./b", "/a/../b", "/a/.%2E/b"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

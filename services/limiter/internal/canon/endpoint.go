@@ -25,7 +25,8 @@ type Fold uint8
 
 // The foldings, applied in this order whatever the order they are given in.
 const (
-	// FoldSpace trims white space at both ends: " /orders" is "/orders".
+	// FoldSpace trims white space at both ends: " /orders" is "/orders",
+	// and again once FoldQuery has cut: "/orders ?x" is "/orders".
 	FoldSpace Fold = 1 << iota
 	// FoldQuery drops everything from the first '?' or '#'.
 	FoldQuery
@@ -36,6 +37,11 @@ const (
 	FoldPercent
 	// FoldSlashes collapses runs of '/' into one: "//orders" is "/orders".
 	FoldSlashes
+	// FoldDots removes the dot segments of a path that starts with '/'
+	// (RFC 3986 section 5.2.4): "/a/./b" is "/a/b", "/a/b/../c" is "/a/c";
+	// a ".." above the root is dropped. After FoldPercent, "%2E" is a dot
+	// too.
+	FoldDots
 	// FoldTrailingSlash drops a final '/' unless it is the whole path:
 	// "/orders/" is "/orders".
 	FoldTrailingSlash
@@ -44,7 +50,7 @@ const (
 	FoldCase
 
 	// FoldAll is every folding.
-	FoldAll = FoldSpace | FoldQuery | FoldPercent | FoldSlashes | FoldTrailingSlash | FoldCase
+	FoldAll = FoldSpace | FoldQuery | FoldPercent | FoldSlashes | FoldDots | FoldTrailingSlash | FoldCase
 )
 
 // foldNames are the configuration names of the foldings, in order.
@@ -53,11 +59,11 @@ var foldNames = []struct {
 	f    Fold
 }{
 	{"space", FoldSpace}, {"query", FoldQuery}, {"percent", FoldPercent},
-	{"slashes", FoldSlashes}, {"trailing_slash", FoldTrailingSlash}, {"case", FoldCase},
+	{"slashes", FoldSlashes}, {"dots", FoldDots}, {"trailing_slash", FoldTrailingSlash}, {"case", FoldCase},
 }
 
 // ParseFold reads a list of folding names ("space", "query", "percent",
-// "slashes", "trailing_slash", "case", or "all").
+// "slashes", "dots", "trailing_slash", "case", or "all").
 func ParseFold(names []string) (Fold, error) {
 	var f Fold
 next:
@@ -72,7 +78,7 @@ next:
 				continue next
 			}
 		}
-		return 0, fmt.Errorf("canon: unknown folding %q (want space, query, percent, slashes, trailing_slash, case or all)", n)
+		return 0, fmt.Errorf("canon: unknown folding %q (want space, query, percent, slashes, dots, trailing_slash, case or all)", n)
 	}
 	return f, nil
 }
@@ -91,8 +97,8 @@ func (f Fold) String() string {
 // Endpoint returns the canonical form of an endpoint: refused (ErrControl,
 // ErrInvalidUTF8) when it holds a control character or invalid UTF-8, else
 // in Unicode NFC (so that "café" typed precomposed or decomposed is one
-// endpoint), then folded as f says. The caller checks the length of the
-// result.
+// endpoint), then folded as f says. Folding is idempotent: a folded
+// endpoint folds to itself. The caller checks the length of the result.
 func Endpoint(s string, f Fold) (string, error) {
 	if !utf8.ValidString(s) {
 		return "", ErrInvalidUTF8
@@ -107,6 +113,9 @@ func Endpoint(s string, f Fold) (string, error) {
 	if f&FoldQuery != 0 {
 		if i := strings.IndexAny(s, "?#"); i >= 0 {
 			s = s[:i]
+			if f&FoldSpace != 0 {
+				s = strings.TrimSpace(s)
+			}
 		}
 	}
 	if f&FoldPercent != 0 {
@@ -117,6 +126,9 @@ func Endpoint(s string, f Fold) (string, error) {
 			s = strings.ReplaceAll(s, "//", "/")
 		}
 	}
+	if f&FoldDots != 0 && strings.HasPrefix(s, "/") {
+		s = removeDots(s)
+	}
 	if f&FoldTrailingSlash != 0 && len(s) > 1 && strings.HasSuffix(s, "/") {
 		s = strings.TrimRight(s, "/")
 		if s == "" {
@@ -124,9 +136,34 @@ func Endpoint(s string, f Fold) (string, error) {
 		}
 	}
 	if f&FoldCase != 0 {
-		s = strings.ToLower(s)
+		s = norm.NFC.String(strings.ToLower(s)) // lower-casing can leave NFC
 	}
 	return s, nil
+}
+
+// removeDots removes the "." and ".." segments of path p, which starts
+// with '/' (RFC 3986 section 5.2.4): a ".." removes the segment before it,
+// none above the root; a path ending in a dot segment keeps its final '/'.
+func removeDots(p string) string {
+	segs := strings.Split(p[1:], "/")
+	out := make([]string, 0, len(segs))
+	for i, seg := range segs {
+		last := i == len(segs)-1
+		switch seg {
+		case ".":
+		case "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, seg)
+			continue
+		}
+		if last {
+			out = append(out, "") // "/a/b/.." is "/a/"
+		}
+	}
+	return "/" + strings.Join(out, "/")
 }
 
 // foldPercent decodes escapes of unreserved characters and upper-cases the

@@ -199,7 +199,7 @@ var settings = []setting{
 	}},
 	{"api-keys-allow-empty", "false", "--api-keys-file may hold no digest (empty, or comments only); without it such a file is refused at start and on reload, since every X-Api-Key would then be refused (401)", boolSetter(func(c *Config) *bool { return &c.APIKeysAllowEmpty })},
 	{"ipv6-prefix", "64", "leading bits of an IPv6 address that name one client (a /64 is one subscriber); 128 keys every address apart", intSetter(1, 128, func(c *Config) *int { return &c.IPv6Prefix })},
-	{"endpoint-fold", "", "foldings of /rate/* endpoints, comma-separated, beyond Unicode NFC (always): space, query, percent, slashes, trailing_slash, case, or all. Empty: none", func(c *Config, v string) error {
+	{"endpoint-fold", "", "foldings of /rate/* endpoints, comma-separated, beyond Unicode NFC (always): space, query, percent, slashes, dots, trailing_slash, case, or all. Empty: none", func(c *Config, v string) error {
 		f, err := canon.ParseFold(splitList(v))
 		c.EndpointFold = f
 		return err
