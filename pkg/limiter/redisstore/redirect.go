@@ -56,7 +56,7 @@ func follow(ctx context.Context, r router, report func(*redis.Client, outcome), 
 		if addr == "" {
 			return err
 		}
-		node, nerr := r.nodeAt(addr)
+		node, nerr := r.nodeAt(ctx, addr)
 		if nerr != nil {
 			return fmt.Errorf("%w (not followed: %w)", err, nerr)
 		}

@@ -145,6 +145,17 @@ func TestCluster(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, int64(2), n)
 	})
+	t.Run("redirections only to members", func(t *testing.T) {
+		// A node answering MOVED or ASK names where to go: a member is
+		// followed, any other address is not (nor gets the calls' AUTH).
+		_, err := stores[0].router.nodeAt(t.Context(), "127.0.0.1:1")
+		require.ErrorContains(t, err, "127.0.0.1:1, which is not a member of the cluster")
+		for addr := range primaries {
+			node, err := stores[0].router.nodeAt(t.Context(), addr)
+			require.NoError(t, err, addr)
+			require.NoError(t, node.Ping(t.Context()).Err(), addr)
+		}
+	})
 	t.Run("slot migration", func(t *testing.T) {
 		// The caller's time: no window starts while the slot moves.
 		slotMigration(t, c, []*Store{openURL(t, c.URL(), prefix, WithClientTime()), openURL(t, c.URL(), prefix, WithClientTime())}, prefix)

@@ -163,8 +163,8 @@ type router interface {
 	// name returns how metrics and errors name node.
 	name(node *redis.Client) string
 	// nodeAt returns the client of the node at addr, which a MOVED or ASK
-	// redirection named (Cluster only).
-	nodeAt(addr string) (*redis.Client, error)
+	// redirection named (Cluster only: a member of the cluster).
+	nodeAt(ctx context.Context, addr string) (*redis.Client, error)
 	// failed tells the router that a call to node failed: the topology may
 	// have changed (a cluster reloads its slot map, lazily).
 	failed()
@@ -244,7 +244,7 @@ func (r *singleRouter) name(*redis.Client) string { return r.label }
 func (r *singleRouter) failed()                   {}
 func (r *singleRouter) close() error              { return r.c.Close() }
 
-func (r *singleRouter) nodeAt(addr string) (*redis.Client, error) {
+func (r *singleRouter) nodeAt(_ context.Context, addr string) (*redis.Client, error) {
 	return nil, fmt.Errorf("%s redirected the call to %s, and it is not a cluster node", r.label, addr)
 }
 
@@ -289,18 +289,69 @@ func (r *clusterRouter) eachPrimary(ctx context.Context, fn func(context.Context
 func (r *clusterRouter) name(node *redis.Client) string { return node.Options().Addr }
 func (r *clusterRouter) failed()                        { r.c.ReloadState(context.Background()) }
 
-func (r *clusterRouter) nodeAt(addr string) (*redis.Client, error) {
+// nodeAt returns the client of the cluster member at addr. A redirection
+// to an address that is not a member (CLUSTER NODES, asked again for every
+// address not met before) is not followed: a node cannot send the calls,
+// and the AUTH of their connections, anywhere it likes. Asking again also
+// closes the clients of addresses that are no longer members.
+func (r *clusterRouter) nodeAt(ctx context.Context, addr string) (*redis.Client, error) {
+	r.mu.Lock()
+	closed, node := r.nodes == nil, r.nodes[addr]
+	r.mu.Unlock()
+	if closed {
+		return nil, errBatcherClosed
+	}
+	if node != nil {
+		return node, nil
+	}
+	list, err := r.c.ClusterNodes(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("cluster: the members could not be had to follow a redirection to %s: %w", addr, err)
+	}
+	members := clusterMembers(list)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.nodes == nil {
 		return nil, errBatcherClosed
 	}
-	node, ok := r.nodes[addr]
-	if !ok {
+	for a, n := range r.nodes {
+		if !members[a] {
+			delete(r.nodes, a)
+			_ = n.Close() // calls in flight on it fail, as on a node gone
+		}
+	}
+	if !members[addr] {
+		return nil, fmt.Errorf("the call was redirected to %s, which is not a member of the cluster", addr)
+	}
+	if node = r.nodes[addr]; node == nil {
 		node = r.newNode(addr)
 		r.nodes[addr] = node
 	}
 	return node, nil
+}
+
+// clusterMembers reads the addresses of CLUSTER NODES' answer: each line's
+// second field, "ip:port@cport" or "ip:port@cport,hostname" (then
+// hostname:port is a member's address too).
+func clusterMembers(list string) map[string]bool {
+	members := map[string]bool{}
+	for line := range strings.Lines(list) {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		addr, rest, _ := strings.Cut(fields[1], "@")
+		if addr == "" || strings.HasPrefix(addr, ":") { // a node whose address is not known yet
+			continue
+		}
+		members[addr] = true
+		if _, hostname, ok := strings.Cut(rest, ","); ok && hostname != "" {
+			if _, port, err := net.SplitHostPort(addr); err == nil {
+				members[net.JoinHostPort(hostname, port)] = true
+			}
+		}
+	}
+	return members
 }
 
 func (r *clusterRouter) close() error {
