@@ -119,7 +119,7 @@ func TestBinaryServesAndStopsOnSIGTERM(t *testing.T) {
 		t.Skip("builds and starts the binary")
 	}
 	dir := t.TempDir()
-	cmd := exec.Command(binary(t), "--addr=127.0.0.1:0", "--log-format=json", "--sqlite-path="+filepath.Join(dir, "db", "limiter.db"))
+	cmd := exec.Command(binary(t), "--addr=127.0.0.1:0", "--log-format=json", "--access-log=all", "--sqlite-path="+filepath.Join(dir, "db", "limiter.db"))
 	cmd.Env = append(os.Environ(), "LIMITER_ADMIN_KEY=bin-admin-secret")
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
