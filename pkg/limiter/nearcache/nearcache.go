@@ -226,20 +226,32 @@ func (sh *shard) evict(now time.Time) {
 }
 
 // Peek asks the store: a peek counts nothing, and callers use it to see
-// the real state.
+// the real state. When the store has room for the cost of a refusal cached
+// for k (a reset through another instance), that refusal is dropped: the
+// state a caller sees and the next answer agree.
 func (s *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
-	return s.inner.Peek(ctx, p, k, now)
+	d, err := s.inner.Peek(ctx, p, k, now)
+	if err == nil {
+		s.drop(cacheKey(p.Name, k), func(e entry) bool { return d.Remaining >= e.cost })
+	}
+	return d, err
 }
 
 // Reset forgets k under p here and in the store, and returns the store's
 // units.
 func (s *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
-	key := cacheKey(p.Name, k)
-	sh := s.shard(key)
-	sh.mu.Lock()
-	delete(sh.entries, key)
-	sh.mu.Unlock()
+	s.drop(cacheKey(p.Name, k), func(entry) bool { return true })
 	return s.inner.Reset(ctx, p, k)
+}
+
+// drop deletes the entry of key if it holds one for which stale is true.
+func (c *cache) drop(key string, stale func(entry) bool) {
+	sh := c.shard(key)
+	sh.mu.Lock()
+	if e, ok := sh.entries[key]; ok && stale(e) {
+		delete(sh.entries, key)
+	}
+	sh.mu.Unlock()
 }
 
 // ResetSubject forgets every key of subject under p here and in the store.

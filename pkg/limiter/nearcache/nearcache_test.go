@@ -249,3 +249,47 @@ func TestCapabilitiesPassThrough(t *testing.T) {
 	assert.True(t, limiter.CapabilitiesOf(s).Remote)
 	assert.False(t, limiter.CapabilitiesOf(nearcache.New(memstore.New(), nil)).Remote)
 }
+
+// TestAPeekThatSeesRoomDropsTheRefusal: instances A and B share one store
+// (one memory store here, Redis in the service); B resets a key that A
+// holds a refusal of. A cannot know, and keeps refusing from its cache, but
+// the moment its own status read (Peek) sees room in the store, it drops
+// the refusal: A's /rate/status never shows budget while A refuses.
+func TestAPeekThatSeesRoomDropsTheRefusal(t *testing.T) {
+	ctx := context.Background()
+	for _, alg := range []limiter.Algorithm{limiter.SlidingLog, limiter.SlidingWindow, limiter.TokenBucket} {
+		t.Run(string(alg), func(t *testing.T) {
+			p := policy(alg, 3, time.Minute)
+			shared := memstore.New()
+			defer shared.Close()
+			a, b := nearcache.New(shared, always), nearcache.New(shared, always)
+			k := limiter.Key{Subject: "u", Scope: "/orders"}
+			at := func(i int) limiter.Request {
+				return limiter.Request{Key: k, Cost: 1, Now: base.Add(time.Duration(i) * time.Millisecond)}
+			}
+			for i := range 3 {
+				d, err := a.Allow(ctx, p, at(i))
+				require.NoError(t, err)
+				require.True(t, d.Allowed, "attempt %d", i)
+			}
+			d, err := a.Allow(ctx, p, at(3))
+			require.NoError(t, err)
+			require.False(t, d.Allowed, "the fourth is refused, and A caches it")
+
+			_, err = b.Reset(ctx, p, k)
+			require.NoError(t, err)
+			d, err = a.Allow(ctx, p, at(4))
+			require.NoError(t, err)
+			assert.False(t, d.Allowed, "A has not seen the reset: its cached refusal stands (the documented delay)")
+			hits := a.Hits()
+
+			peek, err := a.Peek(ctx, p, k, at(5).Now)
+			require.NoError(t, err)
+			require.Equal(t, int64(3), peek.Remaining, "A's status read sees the reset")
+			d, err = a.Allow(ctx, p, at(6))
+			require.NoError(t, err)
+			assert.True(t, d.Allowed, "after a status read that saw room, A asks the store again")
+			assert.Equal(t, hits, a.Hits(), "that answer came from the store, not the cache")
+		})
+	}
+}
