@@ -85,25 +85,10 @@ func TestReadyzFollowsRedis(t *testing.T) {
 // decisions fail more often than not, /readyz answers 503 and says why;
 // when they work again and the failures are out of the window, 200.
 func TestReadyzFollowsFailingDecisions(t *testing.T) {
-	path := sqliteDB(t)
-	store, err := sqlitestore.Open(path)
-	require.NoError(t, err)
-	t.Cleanup(func() { closeStore(t, store) })
-	s := newServer(t, store)
-	require.Equal(t, http.StatusOK, s.ready())
-
-	db, err := sql.Open("sqlite", path)
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, db.Close()) })
-	_, err = db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON rate_limit_windows BEGIN SELECT RAISE(ABORT, 'refused'); END`)
-	require.NoError(t, err)
-	for i := range 6 {
-		assertProblem(t, s.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
-	}
-	body := assertProblem(t, s.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
+	s, db, body := failingDecisions(t)
 	assert.Equal(t, "not ready: decide: 6 of the last 6 store calls failed in 10s", body["detail"])
 
-	_, err = db.Exec(`DROP TRIGGER refuse`)
+	_, err := db.Exec(`DROP TRIGGER refuse`)
 	require.NoError(t, err)
 	assert.Equal(t, http.StatusServiceUnavailable, s.ready(), "the failures are recent")
 	s.clock.Advance(11 * time.Second)
@@ -115,12 +100,23 @@ func TestReadyzFollowsFailingDecisions(t *testing.T) {
 // public one's /readyz says not ready without the store's error (which
 // names Redis nodes' addresses), while the internal one still says why.
 func TestPublicReadyzHidesTheStoreError(t *testing.T) {
+	_, _, body := failingDecisions(t, func(o *options) { o.Listener = httpapi.PublicRoutes })
+	assert.Equal(t, "not ready: the store cannot decide; the internal listener's /readyz and the log say why", body["detail"])
+	assert.NotContains(t, fmt.Sprint(body), "store calls failed", "the store's error stays off the public listener")
+}
+
+// failingDecisions starts a server on SQLite, ready, then makes every
+// decision fail (a trigger refuses every new window row) until six /ping
+// have failed; it returns the server, the database (to drop the trigger
+// "refuse") and /readyz's problem body.
+func failingDecisions(t *testing.T, opts ...func(*options)) (*server, *sql.DB, map[string]any) {
+	t.Helper()
 	path := sqliteDB(t)
 	store, err := sqlitestore.Open(path)
 	require.NoError(t, err)
 	t.Cleanup(func() { closeStore(t, store) })
-	public := newServer(t, store, func(o *options) { o.Listener = httpapi.PublicRoutes })
-	require.Equal(t, http.StatusOK, public.ready())
+	s := newServer(t, store, opts...)
+	require.Equal(t, http.StatusOK, s.ready())
 
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
@@ -128,11 +124,9 @@ func TestPublicReadyzHidesTheStoreError(t *testing.T) {
 	_, err = db.Exec(`CREATE TRIGGER refuse BEFORE INSERT ON rate_limit_windows BEGIN SELECT RAISE(ABORT, 'refused'); END`)
 	require.NoError(t, err)
 	for i := range 6 {
-		assertProblem(t, public.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
+		assertProblem(t, s.ping(fmt.Sprint("k", i)), http.StatusServiceUnavailable, "unavailable")
 	}
-	body := assertProblem(t, public.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
-	assert.Equal(t, "not ready: the store cannot decide; the internal listener's /readyz and the log say why", body["detail"])
-	assert.NotContains(t, fmt.Sprint(body), "store calls failed", "the store's error stays off the public listener")
+	return s, db, assertProblem(t, s.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
 }
 
 // TestStoreErrorLogsAreSampled: a store failing every request logs the
