@@ -21,13 +21,16 @@ lib_cleanup() {
 }
 
 # need COMMAND PACKAGE: installs PACKAGE with apt-get when COMMAND is not on
-# PATH (with sudo unless root).
+# PATH (with sudo unless root). What counts is COMMAND afterwards: a package
+# whose post-install step fails to start its own service (nginx and Caddy
+# both want port 80) still installed the binary the tests run.
 need() {
 	command -v "$1" >/dev/null 2>&1 && return
 	echo "== installing $2 ($1)"
 	if [ "$(id -u)" -eq 0 ]; then SUDO=""; else SUDO="sudo"; fi
 	$SUDO apt-get update -qq
-	$SUDO apt-get install -y -qq "$2" >/dev/null
+	$SUDO apt-get install -y -qq "$2" >/dev/null || true
+	command -v "$1" >/dev/null 2>&1 || { echo "need: $2 did not install $1" >&2; return 1; }
 }
 
 # need_bins DIR NAME...: each DIR/NAME is an executable, or exit 2.
