@@ -1,13 +1,11 @@
 package httpapi_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -197,33 +195,13 @@ func TestForwardAuthConcurrentGlobalKeyIsExact(t *testing.T) {
 			t.Cleanup(ts.Close)
 			client := &http.Client{Transport: openapitest.Service(t).Transport(func(err error) { t.Error(err) }, &http.Transport{MaxConnsPerHost: 64, MaxIdleConnsPerHost: 64})}
 			t.Cleanup(client.CloseIdleConnections)
-			codes := make(chan int, n)
-			start := make(chan struct{})
-			var wg sync.WaitGroup
-			for range n {
-				wg.Go(func() {
-					<-start
-					r, err := http.NewRequest(http.MethodPost, ts.URL+httpapi.ForwardAuthPath+"?refuse_status=403", nil)
-					if !assert.NoError(t, err) {
-						return
-					}
+			got := burst(t, client, n, func() (*http.Request, error) {
+				r, err := http.NewRequest(http.MethodPost, ts.URL+httpapi.ForwardAuthPath+"?refuse_status=403", nil)
+				if err == nil {
 					r.Header.Set("X-Forwarded-Uri", "/burst/x")
-					resp, err := client.Do(r)
-					if !assert.NoError(t, err) {
-						return
-					}
-					_, _ = io.Copy(io.Discard, resp.Body)
-					_ = resp.Body.Close()
-					codes <- resp.StatusCode
-				})
-			}
-			close(start)
-			wg.Wait()
-			close(codes)
-			got := map[int]int{}
-			for c := range codes {
-				got[c]++
-			}
+				}
+				return r, err
+			})
 			assert.Equal(t, map[int]int{http.StatusOK: 50, http.StatusForbidden: n - 50}, got)
 		})
 	}

@@ -293,3 +293,36 @@ func (s *server) with(t testing.TB) *server {
 	c.t = t
 	return &c
 }
+
+// burst sends n requests made by newRequest at once, each from its own
+// goroutine released together, and counts the answers by status.
+func burst(t *testing.T, client *http.Client, n int, newRequest func() (*http.Request, error)) map[int]int {
+	t.Helper()
+	codes := make(chan int, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			<-start
+			r, err := newRequest()
+			if !assert.NoError(t, err) {
+				return
+			}
+			resp, err := client.Do(r)
+			if !assert.NoError(t, err) {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			_ = resp.Body.Close()
+			codes <- resp.StatusCode
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	return got
+}
