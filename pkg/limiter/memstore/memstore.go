@@ -344,6 +344,10 @@ func (s *Store) sweep(ctx context.Context, what string, f func(*entry) int64) (i
 	return total, nil
 }
 
+// Capabilities says that a call never waits: it takes one shard's lock for
+// one update, and does no I/O.
+func (s *Store) Capabilities() limiter.Capabilities { return limiter.Capabilities{NeverWaits: true} }
+
 // Ping returns nil, or an error wrapping limiter.ErrClosed after Close.
 func (s *Store) Ping(context.Context) error {
 	if s.closed.Load() {
