@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"sort"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,7 +17,6 @@ import (
 	"google.golang.org/grpc/tap"
 
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
-	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
@@ -75,39 +73,6 @@ func warnCatchAll(log *slog.Logger, proxies []string) {
 			log.Warn("a trusted proxy range covers every address: any client can choose the address (and identity headers) the service believes", "trusted_proxy", p)
 		}
 	}
-}
-
-// evictionWarner returns a memstore eviction hook that logs a WARN when an
-// exhausted key had to be evicted (its holder gets a fresh budget), at most
-// once a minute, with the number since the last line.
-func evictionWarner(log *slog.Logger) func(memstore.Eviction) {
-	var pending atomic.Int64
-	var last atomic.Int64 // Unix ns of the last line
-	return func(ev memstore.Eviction) {
-		if !ev.Refused {
-			return
-		}
-		n := pending.Add(1)
-		now := time.Now().UnixNano()
-		if prev := last.Load(); now-prev < int64(time.Minute) || !last.CompareAndSwap(prev, now) {
-			return
-		}
-		pending.Add(-n)
-		log.Warn("the memory store evicted exhausted keys, whose holders get a fresh budget: raise --memory-max-keys or set --memory-refuse-when-full",
-			"evicted", n, "policy", ev.Policy)
-	}
-}
-
-// memoryOptions are the memory store's options for cfg.
-func memoryOptions(cfg config.Config, log *slog.Logger) []memstore.Option {
-	opts := []memstore.Option{memstore.WithMaxKeys(cfg.MemoryMaxKeys), memstore.WithEvictionHook(evictionWarner(log))}
-	if cfg.MemoryRefuseWhenFull {
-		opts = append(opts, memstore.WithRefuseWhenFull())
-	}
-	for name, n := range cfg.MemoryPolicyMaxKeys {
-		opts = append(opts, memstore.WithPolicyMaxKeys(name, n))
-	}
-	return opts
 }
 
 // reservedFDs are the descriptors kept out of the connection bounds: the
