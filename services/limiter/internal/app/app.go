@@ -193,15 +193,16 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	opts := httpapi.Options{
-		Snapshot:     a.current.Load,
-		AdminKey:     a.cfg.AdminKey,
-		Logger:       a.log,
-		Registry:     reg,
-		Draining:     a.draining,
-		PingSources:  a.cfg.PingKey,
-		RateSources:  a.cfg.RateKey,
-		EndpointFold: a.cfg.EndpointFold,
-		AccessLog:    accessLog(a.cfg.AccessLog),
+		Snapshot:          a.current.Load,
+		AdminKey:          a.cfg.AdminKey,
+		AdminFailureStore: adminFailureStore(),
+		Logger:            a.log,
+		Registry:          reg,
+		Draining:          a.draining,
+		PingSources:       a.cfg.PingKey,
+		RateSources:       a.cfg.RateKey,
+		EndpointFold:      a.cfg.EndpointFold,
+		AccessLog:         accessLog(a.cfg.AccessLog),
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes

@@ -108,6 +108,15 @@ func (s *storeStack) warnEviction(ctx context.Context, log *slog.Logger) {
 	}
 }
 
+// adminGuardKeys bounds the clients the admin guard remembers.
+const adminGuardKeys = 100_000
+
+// adminFailureStore returns the store that counts wrong admin keys per
+// client: this process's own, whatever the configured store, so that
+// guessing costs no round trip and no shared state; bounded, a full one
+// evicting clients that are not blocked first.
+func adminFailureStore() *memstore.Store { return memstore.New(memstore.WithMaxKeys(adminGuardKeys)) }
+
 // openBackend opens the configured store. clientTime makes Redis decide with
 // the app's clock instead of its own TIME (which keeps instances with skewed
 // clocks on one time, and is the default): New asks for it with
