@@ -43,11 +43,17 @@ check: lint ## the edit-test loop: lint, then make test without the race detecto
 saturation: build ## two instances starved of CPU on a healthy Redis must stay exact, no 5xx (about a minute, both CPUs)
 	cd services/limiter && LIMITER_SATURATION=1 LIMITER_BIN=$(BIN)/limiter $(GO) test -count=1 -run '^TestSaturation$$' -v .
 
+# staticcheck runs its full check set, the style checks (ST*) included,
+# not only the default set: the tree passes every one of them (issue 27
+# measured it), so none is excluded as noise. Exclude one here as ",-ST1xxx"
+# with the reason beside it if it ever is.
+STATICCHECK_CHECKS := all
+
 .PHONY: lint
 lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on every module
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) tool staticcheck ./...); done
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) tool staticcheck -checks $(STATICCHECK_CHECKS) ./...); done
 	@set -e; for m in $(TOOLS) tools/lab; do (cd $$m && GOWORK=off $(GO) vet ./...); done
 
 .PHONY: atk

@@ -1,10 +1,14 @@
 package limiter
 
-import "slices"
+import (
+	"context"
+	"slices"
+)
 
 // Capabilities is what a Store declares of itself, through the optional
 // Describer interface. The zero value describes a store that runs every
-// algorithm of Algorithms and keeps its state in the process.
+// algorithm of Algorithms, keeps its state in the process and may make a
+// call wait (for a disk, a writer, a connection).
 type Capabilities struct {
 	// Unsupported lists the algorithms the store refuses with an error
 	// wrapping ErrUnsupported: a declared gap. The conformance suite fails a
@@ -18,6 +22,11 @@ type Capabilities struct {
 	// the store (the service's on_store_error) and should start even while
 	// it cannot answer.
 	Remote bool
+	// NeverWaits means a call never waits for I/O or for a turn behind
+	// other callers, only for a lock held for one update (the memory
+	// store): a deadline on it would bound nothing and cost a context and
+	// a timer per call, so callers may leave it out.
+	NeverWaits bool
 }
 
 // Describer is implemented by a Store that declares Capabilities.
@@ -36,3 +45,12 @@ func CapabilitiesOf(s Store) Capabilities {
 
 // Supports reports whether the store runs a: it is not a declared gap.
 func (c Capabilities) Supports(a Algorithm) bool { return !slices.Contains(c.Unsupported, a) }
+
+// EvictionReporter is implemented by a store whose server may drop the
+// store's state on its own when its memory is full (Redis under a
+// maxmemory-policy that evicts): an evicted counter starts again from a
+// full budget, silently. EvictionPolicy returns the server's policy and
+// whether it evicts, so that a service can warn at start.
+type EvictionReporter interface {
+	EvictionPolicy(ctx context.Context) (policy string, evicts bool, err error)
+}

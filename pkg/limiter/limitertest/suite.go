@@ -57,9 +57,16 @@ type newStoreFunc = func(t testing.TB) limiter.Store
 // Subtests do not run in parallel with each other; each opens its own store.
 // The whole suite makes about 30,000 decisions (about 15,000 under the race
 // detector or with -short).
-func Run(t *testing.T, newStore func(t testing.TB) limiter.Store) {
-	t.Run("Script", func(t *testing.T) { testScripts(t, newStore) })
-	t.Run("Model", func(t *testing.T) { testModels(t, newStore) })
+//
+// Options describe a store that keeps a documented difference (see
+// RepeatsRefusals); every store without one runs the suite whole.
+func Run(t *testing.T, newStore func(t testing.TB) limiter.Store, opts ...Option) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	t.Run("Script", func(t *testing.T) { testScripts(t, newStore, o) })
+	t.Run("Model", func(t *testing.T) { testModels(t, newStore, o) })
 	t.Run("Invariant", func(t *testing.T) { testInvariants(t, newStore) })
 	t.Run("BoundaryBurst", func(t *testing.T) { testBoundaryBurst(t, newStore) })
 	t.Run("FullBucket", func(t *testing.T) { testFullBucket(t, newStore) })
@@ -71,6 +78,42 @@ func Run(t *testing.T, newStore func(t testing.TB) limiter.Store) {
 	t.Run("Closed", func(t *testing.T) { testClosed(t, newStore) })
 	t.Run("Audit", func(t *testing.T) { testAudit(t, newStore) })
 	t.Run("AllowAnyCost", func(t *testing.T) { testAllowAnyCost(t, newStore) })
+}
+
+// Option describes what a store under the suite does differently, by
+// design, from the stores the suite's models decide like.
+type Option func(*options)
+
+type options struct {
+	repeatsRefusals bool
+}
+
+// RepeatsRefusals is for a cache of refusals (nearcache): it may answer a
+// refused attempt with an earlier refusal of the same cost that still
+// stands, its RetryAfter shortened by the time elapsed, rather than ask its
+// store. Such an answer's verdict is checked exactly; its RetryAfter must be
+// positive and no later than the store's own (a cache never makes a client
+// wait longer than the store would, though the store's estimate may have
+// moved later since: a sliding window's does as its windows roll); its
+// Remaining must be under the refused cost; its Count, ResetAfter and
+// WindowStart are those of the refusal it repeats, and are not checked.
+// That is all the Script and Model cases relax; admissions, peeks and
+// every other case are checked whole.
+func RepeatsRefusals() Option { return func(o *options) { o.repeatsRefusals = true } }
+
+// repeated reports whether o lets got, a refusal of cost where want
+// refuses too, be a repeated one, whose counts are not the model's; it
+// fails t when got's RetryAfter is not in (0, want's] or its remaining is
+// not under cost.
+func (o options) repeated(t testing.TB, want, got view, cost int64, msgAndArgs ...any) bool {
+	t.Helper()
+	if !o.repeatsRefusals || cost == 0 || want.Allowed || got.Allowed {
+		return false
+	}
+	require.Positive(t, got.RetryAfter, msgAndArgs...)
+	require.LessOrEqual(t, got.RetryAfter, want.RetryAfter, msgAndArgs...)
+	require.Less(t, got.Remaining, cost, msgAndArgs...)
+	return true
 }
 
 // forEach runs f in one subtest per algorithm of algs, each with a fresh

@@ -30,6 +30,12 @@ func TestConformanceTinyShards(t *testing.T) {
 	})
 }
 
+// The memory store declares that it never waits, and no more: the service
+// then decides on it without a deadline.
+func TestCapabilities(t *testing.T) {
+	assert.Equal(t, limiter.Capabilities{NeverWaits: true}, limiter.CapabilitiesOf(memstore.New()))
+}
+
 func policy(alg limiter.Algorithm, limit int64, window time.Duration) limiter.Policy {
 	return limiter.Policy{Name: "p", Algorithm: alg, Limit: limit, Window: window}
 }

@@ -8,7 +8,11 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
 )
+
+var _ limiter.EvictionReporter = (*Store)(nil)
 
 // EvictionPolicy returns Redis's maxmemory-policy, read from INFO memory
 // (which managed services answer where they rename CONFIG away), and whether it lets Redis evict Tollgate's keys when its memory is full:

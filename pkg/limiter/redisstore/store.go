@@ -53,6 +53,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/redisurl"
 )
 
 // Defaults of the options.
@@ -64,7 +65,7 @@ const (
 )
 
 // ErrInvalidConfig is wrapped by Open's errors for a bad URL or option.
-var ErrInvalidConfig = errors.New("invalid configuration")
+var ErrInvalidConfig = redisurl.ErrInvalid
 
 // Store keeps rate-limit state in Redis. It is safe for concurrent use by any
 // number of goroutines, and several Stores (in one process or many) on one

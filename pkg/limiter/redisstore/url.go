@@ -6,40 +6,25 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/tollgate/tollgate/pkg/limiter/redisurl"
 )
 
 // Kind says how a store reaches Redis.
-type Kind int
+type Kind = redisurl.Kind
 
 // The kinds of deployment a URL names.
 const (
-	// Single is one server: redis://, rediss://.
-	Single Kind = iota
-	// Cluster is Redis Cluster: redis+cluster://, rediss+cluster://.
-	Cluster
-	// Sentinel is a primary watched by Sentinel: redis+sentinel://,
-	// rediss+sentinel://.
-	Sentinel
+	Single   = redisurl.Single   // one server: redis://, rediss://
+	Cluster  = redisurl.Cluster  // Redis Cluster: redis+cluster://, rediss+cluster://
+	Sentinel = redisurl.Sentinel // a primary watched by Sentinel: redis+sentinel://, rediss+sentinel://
 )
-
-func (k Kind) String() string {
-	switch k {
-	case Cluster:
-		return "cluster"
-	case Sentinel:
-		return "sentinel"
-	default:
-		return "single"
-	}
-}
 
 // Target is what a Redis URL names, as ParseURL reads it.
 type Target struct {
@@ -61,9 +46,10 @@ type Target struct {
 // ErrURLHash is ParseURL's error for a URL holding a '#', which would end
 // it: the text after it, often the rest of a password, would be ignored.
 // It quotes nothing of the URL, and wraps ErrInvalidConfig.
-var ErrURLHash = fmt.Errorf("redisstore: URL: a '#' ends a URL: write a '#' of the user or password as %%23: %w", ErrInvalidConfig)
+var ErrURLHash = redisurl.ErrHash
 
-// ParseURL reads a Redis URL without connecting:
+// ParseURL reads a Redis URL without connecting (the forms are
+// redisurl.Parse's):
 //
 //	redis://[user:password@]host:port[/db]            one server (go-redis's URL, query options too)
 //	redis+cluster://[user:password@]host:port[,host:port…][/]
@@ -73,77 +59,19 @@ var ErrURLHash = fmt.Errorf("redisstore: URL: a '#' ends a URL: write a '#' of t
 // those of the data nodes; the sentinels are reached without. Errors wrap
 // ErrInvalidConfig.
 func ParseURL(raw string) (Target, error) {
-	bad := func(format string, args ...any) (Target, error) {
-		return Target{}, fmt.Errorf("redisstore: URL: "+format+": %w", append(args, ErrInvalidConfig)...)
+	u, err := redisurl.Parse(raw)
+	if err != nil {
+		return Target{}, err
 	}
-	if strings.Contains(raw, "#") {
-		// The rest would be a fragment: redis://:12#s3cret@host reads as
-		// port 12 of localhost, the secret left in the fragment.
-		return Target{}, ErrURLHash
+	if u.Kind != Single {
+		return Target{Kind: u.Kind, Addrs: u.Addrs, Master: u.Master, DB: u.DB, TLS: u.TLS, username: u.Username, password: u.Password}, nil
 	}
-	scheme, rest, ok := strings.Cut(raw, "://")
-	if !ok {
-		return bad("no scheme; want redis://, rediss://, redis+cluster:// or redis+sentinel://")
+	o, err := redis.ParseURL(raw)
+	if err != nil {
+		return Target{}, fmt.Errorf("redisstore: URL: %v: %w", err, ErrInvalidConfig)
 	}
-	var t Target
-	switch scheme {
-	case "redis", "rediss":
-		o, err := redis.ParseURL(raw)
-		if err != nil {
-			return bad("%v", err)
-		}
-		return Target{Kind: Single, Addrs: []string{o.Addr}, DB: o.DB, TLS: scheme == "rediss",
-			username: o.Username, password: o.Password, single: o}, nil
-	case "redis+cluster", "rediss+cluster":
-		t.Kind = Cluster
-	case "redis+sentinel", "rediss+sentinel":
-		t.Kind = Sentinel
-	default:
-		return bad("scheme %q is not one of redis, rediss, redis+cluster, rediss+cluster, redis+sentinel, rediss+sentinel", scheme)
-	}
-	t.TLS = strings.HasPrefix(scheme, "rediss")
-	// The host list has commas, which net/url takes for part of one host;
-	// split it off first and let net/url read the user info.
-	authority, path, _ := strings.Cut(rest, "/")
-	if strings.ContainsAny(path, "?#") || strings.ContainsAny(authority, "?#") {
-		return bad("query and fragment are not supported with %s", scheme)
-	}
-	if at := strings.LastIndex(authority, "@"); at >= 0 {
-		u, err := url.Parse("redis://" + authority[:at+1] + "h")
-		if err != nil {
-			return bad("user info: %v", err)
-		}
-		t.username = u.User.Username()
-		t.password, _ = u.User.Password()
-		authority = authority[at+1:]
-	}
-	for addr := range strings.SplitSeq(authority, ",") {
-		host, port, err := net.SplitHostPort(addr)
-		if err != nil || host == "" {
-			return bad("address %q is not host:port", addr)
-		}
-		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-			return bad("address %q: port is not in 1..65535", addr)
-		}
-		t.Addrs = append(t.Addrs, addr)
-	}
-	parts := strings.Split(path, "/")
-	switch {
-	case t.Kind == Cluster && path != "":
-		return bad("a cluster URL has no path (the cluster has only database 0): %q", path)
-	case t.Kind == Sentinel && (parts[0] == "" || len(parts) > 2):
-		return bad("a sentinel URL needs the primary's name, /MASTER or /MASTER/db")
-	case t.Kind == Sentinel && len(parts) == 2:
-		db, err := strconv.Atoi(parts[1])
-		if err != nil || db < 0 {
-			return bad("database %q is not a number", parts[1])
-		}
-		t.DB = db
-	}
-	if t.Kind == Sentinel {
-		t.Master = parts[0]
-	}
-	return t, nil
+	return Target{Kind: Single, Addrs: []string{o.Addr}, DB: o.DB, TLS: u.TLS,
+		username: o.Username, password: o.Password, single: o}, nil
 }
 
 // ioOptions are the connection settings every kind of client gets.

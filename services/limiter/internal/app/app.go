@@ -14,7 +14,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,13 +21,8 @@ import (
 	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/pkg/limiter/nearcache"
-	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
-	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
@@ -50,11 +44,9 @@ type App struct {
 	cfg      config.Config
 	clock    limiter.Clock
 	log      *slog.Logger
-	store    limiter.Store    // the configured store; wrapped by fallback when remote
-	fallback *fallback        // on_store_error for a remote store (redis); nil otherwise
-	near     *nearcache.Store // refusals answered locally for a remote store (redis); nil otherwise
-	engine   *gin.Engine      // every route, or the public ones with --internal-addr
-	internal *gin.Engine      // the internal listener's routes; nil without --internal-addr
+	stack    *storeStack // the configured store and what wraps it
+	engine   *gin.Engine // every route, or the public ones with --internal-addr
+	internal *gin.Engine // the internal listener's routes; nil without --internal-addr
 	pruned   prometheus.Counter
 	pruneErr prometheus.Counter
 	registry *prometheus.Registry // what /metrics serves
@@ -131,42 +123,22 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 		a.clock = shiftedClock{clock: a.clock, d: a.clockOffset}
 		a.log.Warn("TEST ONLY: "+ClockOffsetEnv+" shifts this instance's clock; never set it in production", "offset", a.clockOffset.String())
 	}
-	store, err := openStore(cfg, cfg.RedisClientTime || !systemClock, a.log)
-	if err != nil {
+	a.registry = prometheus.NewRegistry()
+	if a.stack, err = openStack(cfg, cfg.RedisClientTime || !systemClock, a.registry, a.log); err != nil {
 		return nil, err
 	}
-	// Every store, and the fallback's memory store, holds bounded keys.
-	if a.store, err = limiter.NewKeyBound(store, cfg.MaxKeyBytes); err != nil {
-		return nil, errors.Join(&config.Error{Field: "max_key_bytes", Reason: err.Error()}, store.Close())
-	}
 	if err := a.build(ctx, rules); err != nil {
-		return nil, errors.Join(err, store.Close())
+		return nil, errors.Join(err, a.stack.bounded.Close())
 	}
-	a.warnEviction(ctx, store)
+	a.stack.warnEviction(ctx, a.log)
 	return a, nil
 }
 
-// warnEviction warns when the Redis store's server may evict Tollgate's
-// keys when its memory is full: an evicted counter is a fresh budget.
-func (a *App) warnEviction(ctx context.Context, store limiter.Store) {
-	rs, ok := store.(*redisstore.Store)
-	if !ok {
-		return
-	}
-	policy, evicts, err := rs.EvictionPolicy(ctx)
-	switch {
-	case err != nil:
-		a.log.Debug("redis maxmemory-policy unknown", "error", err)
-	case evicts:
-		a.log.Warn("redis may evict rate-limit counters when its memory is full, and an evicted counter starts again from a full budget: set maxmemory-policy noeviction and size maxmemory (docs/operating.md, Memory (Redis))", "maxmemory_policy", policy)
-	}
-}
-
-// build probes the store, creates the metrics, the first snapshot and the
-// engine. rules are the Envoy rules; nil when no Envoy API is asked for.
+// build probes the store, creates the other metrics, the first snapshot
+// and the engine. rules are the Envoy rules; nil when no Envoy API is
+// asked for.
 func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
-	reg := prometheus.NewRegistry()
-	a.registry = reg
+	reg := a.registry
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
 		Help: "Expired windows and events deleted by the pruning job.",
@@ -177,24 +149,12 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	})
 	a.reloads = newReloadsCounter()
 	a.handshakeErrors = newHandshakeErrors(a.publicTLS, a.internalTLS, a.grpcTLS)
-	for _, c := range append([]prometheus.Collector{
+	for _, c := range []prometheus.Collector{
 		a.pruned, a.pruneErr, a.reloads, a.handshakeErrors,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-	}, storeCollectors(a.store, a.log)...) {
+	} {
 		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("app: register metrics: %w", err)
-		}
-	}
-	remote := limiter.CapabilitiesOf(a.store).Remote
-	if remote {
-		f, err := newFallback(a.store, a.cfg, nil, reg, a.log)
-		if err != nil {
-			return err
-		}
-		a.fallback = f
-		a.near = nearcache.New(a.store, nil)
-		if err := reg.Register(nearCacheCollector{a.near}); err != nil {
 			return fmt.Errorf("app: register metrics: %w", err)
 		}
 	}
@@ -215,11 +175,11 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		return err
 	}
 	// The probe asks the primary itself, which must show its own errors.
-	if err := a.probe(ctx, a.store, snap.Stored()); err != nil {
+	if err := a.probe(ctx, a.stack.bounded, snap.Stored()); err != nil {
 		// A remote store that cannot answer yet is an outage, not a
 		// configuration error: crash-looping would defeat on_store_error,
 		// so serve degraded (/readyz answers 503 until the store does).
-		if !remote || !errors.Is(err, limiter.ErrUnavailable) {
+		if !a.stack.remote() || !errors.Is(err, limiter.ErrUnavailable) {
 			return err
 		}
 		a.log.Warn("the "+string(a.cfg.Store)+" store cannot decide at start; serving anyway: each policy's on_store_error applies and /readyz answers 503 until it answers", "error", err)
@@ -233,15 +193,16 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		a.log.Warn("the gRPC server has no Envoy configuration (--envoy-config): every descriptor answers OK")
 	}
 	opts := httpapi.Options{
-		Snapshot:     a.current.Load,
-		AdminKey:     a.cfg.AdminKey,
-		Logger:       a.log,
-		Registry:     reg,
-		Draining:     a.draining,
-		PingSources:  a.cfg.PingKey,
-		RateSources:  a.cfg.RateKey,
-		EndpointFold: a.cfg.EndpointFold,
-		AccessLog:    accessLog(a.cfg.AccessLog),
+		Snapshot:          a.current.Load,
+		AdminKey:          a.cfg.AdminKey,
+		AdminFailureStore: adminFailureStore(),
+		Logger:            a.log,
+		Registry:          reg,
+		Draining:          a.draining,
+		PingSources:       a.cfg.PingKey,
+		RateSources:       a.cfg.RateKey,
+		EndpointFold:      a.cfg.EndpointFold,
+		AccessLog:         accessLog(a.cfg.AccessLog),
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
@@ -270,15 +231,7 @@ func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot,
 	if err != nil {
 		return nil, err
 	}
-	store := a.store
-	if a.fallback != nil {
-		store = a.fallback.withPolicies(cfg, policies)
-	}
-	if a.near != nil {
-		// Above the fallback: while Redis cannot decide, a local policy's
-		// refusals are its memory store's, and are cached as such.
-		store = a.near.With(store, cfg.NearCacheOf)
-	}
+	store := a.stack.forPolicies(cfg, policies)
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies:    policies,
 		PingRoute:   cfg.RoutePolicies[config.RoutePing],
@@ -291,7 +244,7 @@ func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot,
 		Offenders:   a.offenders,
 		Identity:    ids,
 		DecisionAPI: decisionAPI(cfg),
-		Budget:      decisionBudget(a.cfg),
+		Budget:      decisionBudget(a.cfg, store),
 		Gateway:     cfg.Gateway,
 	})
 	if err != nil {
@@ -311,74 +264,15 @@ func accessLog(mode config.AccessLog) httpapi.AccessLog {
 	return httpapi.AccessLogOff
 }
 
-// decisionBudget is the decision layer's bound on one request's decisions:
-// --decision-timeout, but none on the memory store, where a decision never
-// waits for a turn at the store (a shard lock held for one map update), so
-// that a bound would only cost every request a context and a timer.
-func decisionBudget(cfg config.Config) time.Duration {
-	if cfg.Store == config.StoreMemory {
+// decisionBudget is the decision layer's bound on one request's decisions
+// on store: --decision-timeout, but none on a store that never waits for a
+// turn (the memory store: a shard lock held for one map update), where a
+// bound would only cost every request a context and a timer.
+func decisionBudget(cfg config.Config, store limiter.Store) time.Duration {
+	if limiter.CapabilitiesOf(store).NeverWaits {
 		return 0
 	}
 	return cfg.DecisionTimeout
-}
-
-// openStore opens the configured backend. clientTime makes Redis decide with
-// the app's clock instead of its own TIME (which keeps instances with skewed
-// clocks on one time, and is the default): New asks for it with
-// --redis-client-time or when a test injects a clock (WithClock), never for
-// a clock shifted by WithClockOffset alone.
-func openStore(cfg config.Config, clientTime bool, log *slog.Logger) (limiter.Store, error) {
-	switch cfg.Store {
-	case config.StoreMemory:
-		return memstore.New(memoryOptions(cfg, log)...), nil
-	case config.StoreSQLite:
-		if err := os.MkdirAll(filepath.Dir(cfg.SQLitePath), 0o750); err != nil {
-			return nil, fmt.Errorf("app: sqlite store: %w", err)
-		}
-		s, err := sqlitestore.Open(cfg.SQLitePath,
-			sqlitestore.WithAuditRetention(cfg.AuditRetention), sqlitestore.WithDiskReserve(int64(cfg.SQLiteDiskReserve)))
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		return s, nil
-	case config.StoreRedis:
-		quietRedisOnce.Do(func() { redis.SetLogger(redisLog{}) })
-		breaker := redisstore.DefaultBreaker
-		breaker.Cooldown = cfg.RedisBreakerCooldown
-		opts := []redisstore.Option{redisstore.WithTimeout(cfg.RedisTimeout), redisstore.WithBreaker(breaker),
-			redisstore.WithBreakerObserver(func(from, to redisstore.BreakerState) {
-				log.Warn("redis circuit breaker "+to.String(), "from", from.String())
-			})}
-		if cfg.RedisPoolSize > 0 {
-			opts = append(opts, redisstore.WithPoolSize(cfg.RedisPoolSize))
-		}
-		if clientTime {
-			opts = append(opts, redisstore.WithClientTime())
-		}
-		s, err := redisstore.Open(cfg.RedisURL, opts...)
-		if errors.Is(err, redisstore.ErrInvalidConfig) {
-			return nil, &config.Error{Field: "redis_url", Reason: err.Error()}
-		}
-		if err != nil {
-			return nil, fmt.Errorf("app: %w", err)
-		}
-		return s, nil
-	}
-	return nil, &config.Error{Field: "store", Reason: fmt.Sprintf("%q is not one of sqlite, memory, redis", cfg.Store)}
-}
-
-// quietRedisOnce installs redisLog once per process: go-redis's logger is
-// global.
-var quietRedisOnce sync.Once
-
-// redisLog sends go-redis's own log lines (one per failed dial during an
-// outage) to slog at debug level instead of raw lines on stderr: the store
-// logs one line when it degrades and one when it recovers, and stderr stays
-// one line on a failed start.
-type redisLog struct{}
-
-func (redisLog) Printf(ctx context.Context, format string, v ...any) {
-	slog.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
 }
 
 // probe peeks every one of policies once, so that a store that cannot run a
@@ -587,19 +481,10 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 	return a.serveAll(ctx, lns, serve)
 }
 
-// logFiles says at start what the SQLite store writes to disk, so that no
-// file appears unexplained: the database (SQLite keeps its -wal and -shm
-// files beside it) and the disk reserve. Other stores write nothing.
+// logFiles says at start what the store writes to disk, so that no file
+// appears unexplained.
 func (a *App) logFiles() {
-	sq, ok := backend(a.store).(*sqlitestore.Store)
-	if !ok {
-		return
+	if f := a.stack.backend.logFiles; f != nil {
+		f(a.log)
 	}
-	database, reserve := sq.Files()
-	if reserve == "" {
-		a.log.Info("sqlite database, with its -wal and -shm files; no disk reserve (--sqlite-disk-reserve 0)", "database", database)
-		return
-	}
-	a.log.Info("sqlite database, with its -wal and -shm files, and a disk reserve file: room kept to recover from a full disk (--sqlite-disk-reserve)",
-		"database", database, "reserve", reserve, "reserve_bytes", a.cfg.SQLiteDiskReserve)
 }

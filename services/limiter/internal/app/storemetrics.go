@@ -5,9 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 )
 
@@ -78,26 +76,4 @@ func (c sqliteCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(sqliteBatchesDesc, prometheus.CounterValue, float64(st.Batches))
 	ch <- prometheus.MustNewConstMetric(sqliteRequestsDesc, prometheus.CounterValue, float64(st.Applied))
 	ch <- prometheus.MustNewConstMetric(sqliteReplaysDesc, prometheus.CounterValue, float64(st.Replays))
-}
-
-// backend returns the store s wraps to bound its keys, or s.
-func backend(s limiter.Store) limiter.Store {
-	if b, ok := s.(*limiter.KeyBound); ok {
-		return b.Unwrap()
-	}
-	return s
-}
-
-// storeCollectors returns the collectors that read s's own gauges and
-// counters at scrape time (no polling goroutine).
-func storeCollectors(s limiter.Store, log *slog.Logger) []prometheus.Collector {
-	switch s := backend(s).(type) {
-	case *memstore.Store:
-		return []prometheus.Collector{memoryCollector{s}}
-	case *sqlitestore.Store:
-		return []prometheus.Collector{sqliteCollector{s, log}}
-	case *redisstore.Store:
-		return []prometheus.Collector{redisCollector{s}}
-	}
-	return nil
 }

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
+	"github.com/tollgate/tollgate/pkg/limiter/redisurl"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
@@ -105,7 +105,9 @@ var settings = []setting{
 		return nil
 	}},
 	{"redis-url", "redis://127.0.0.1:6379/0", "Redis URL (store redis): redis://host:port/db for one server, redis+cluster://host:port[,host:port...]/ for Redis Cluster, redis+sentinel://host:port[,host:port...]/MASTER[/db] for Sentinel; rediss... for TLS", func(c *Config, v string) error {
-		if _, err := redisstore.ParseURL(v); errors.Is(err, redisstore.ErrURLHash) {
+		// The store's own check, without the store: go-redis reads a single
+		// server's query options when the store opens (a config.Error too).
+		if _, err := redisurl.Parse(v); errors.Is(err, redisurl.ErrHash) {
 			return fmt.Errorf("%q: %w", redactURL(v), err) // quotes nothing of the URL
 		} else if err != nil {
 			// err is left out: it could quote a part of the URL's password.

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -11,39 +12,43 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
-	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // adminGuard throttles wrong admin keys per client: a fixed window of a
-// minute in a small memory store of its own. Only wrong keys are counted
+// minute in the store the service gives (Options.AdminFailureStore). Only wrong keys are counted
 // and throttled: a valid key always passes, so others guessing from an
 // address the operator shares (a NAT, a proxy) cannot lock the operator
 // out. The throttle bounds the work and the log lines of a guessing
 // client; the key's length (config.MinAdminKeyLen) is what makes guessing
 // hopeless.
 type adminGuard struct {
-	store  *memstore.Store
+	store  Allower
 	policy limiter.Policy
 }
 
-// adminGuardKeys bounds the clients the guard remembers; a full store evicts
-// clients that are not blocked first.
-const adminGuardKeys = 100_000
+// Allower decides attempts under a policy: the Allow of a limiter.Store.
+// The admin guard counts wrong admin keys in one.
+type Allower interface {
+	Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error)
+}
 
-func newAdminGuard(perMinute int64) (*adminGuard, error) {
+func newAdminGuard(store Allower, perMinute int64) (*adminGuard, error) {
+	if store == nil {
+		return nil, errors.New("httpapi: options need an admin failure store for the admin routes")
+	}
 	p := limiter.Policy{Name: "admin-failures", Algorithm: limiter.FixedWindow, Limit: perMinute, Window: time.Minute}
 	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("httpapi: admin failures: %w", err)
 	}
-	return &adminGuard{store: memstore.New(memstore.WithMaxKeys(adminGuardKeys)), policy: p}, nil
+	return &adminGuard{store: store, policy: p}, nil
 }
 
 // failed counts one wrong key of client at now and returns the 429
 // problem when client has sent more than the policy's limit this minute.
 func (g *adminGuard) failed(ctx context.Context, client string, now time.Time) *problem {
 	d, err := g.store.Allow(ctx, g.policy, limiter.Request{Key: limiter.Key{Subject: client}, Cost: 1, Now: now})
-	if err != nil || d.Allowed { // the memory store fails only once closed
+	if err != nil || d.Allowed { // a store of the process's own fails only once closed
 		return nil
 	}
 	return &problem{

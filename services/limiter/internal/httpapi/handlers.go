@@ -317,7 +317,7 @@ func (h *handler) admin(c *gin.Context, s *snapshot.Snapshot) *problem {
 	h.log.LogAttrs(ctx, slog.LevelWarn, "admin key refused",
 		slog.String("request_id", requestIDOf(c)),
 		slog.String("route", c.FullPath()),
-		slog.String("client", h.hash(s, "peer:"+client)))
+		slog.String("client", clientHash(s, "peer:"+client)))
 	return denied
 }
 

@@ -141,9 +141,10 @@ func newServer(t testing.TB, store limiter.Store, edit ...func(*options)) *serve
 	s := &server{t: t, clock: limitertest.NewClock(t0), store: store, logs: &syncBuffer{}, current: &atomic.Pointer[snapshot.Snapshot]{}}
 	s.opts = options{
 		Options: httpapi.Options{
-			AdminKey: adminKey,
-			Logger:   slog.New(slog.NewTextHandler(s.logs, nil)),
-			Registry: prometheus.NewRegistry(),
+			AdminKey:          adminKey,
+			AdminFailureStore: memstore.New(),
+			Logger:            slog.New(slog.NewTextHandler(s.logs, nil)),
+			Registry:          prometheus.NewRegistry(),
 		},
 		Policies:   []limiter.Policy{pingPolicy, checkPolicy},
 		PingRoute:  []string{"ping"},

@@ -17,7 +17,6 @@ import (
 
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
-	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -55,6 +54,11 @@ type Options struct {
 	RateSources []identity.Source
 	// EndpointFold are the foldings of /rate/* endpoints beyond NFC.
 	EndpointFold canon.Fold
+	// AdminFailureStore counts the wrong admin keys of each client, under
+	// a fixed window of a minute: a store of the process's own (the
+	// service gives a bounded memory store; a full one evicts clients that
+	// are not blocked first). Required unless Listener is PublicRoutes.
+	AdminFailureStore Allower
 	// AdminFailures bounds the wrong admin keys of one client per minute;
 	// over it a wrong key is answered 429, a valid one still passes. 0
 	// means DefaultAdminFailures.
@@ -109,7 +113,6 @@ type handler struct {
 	rateSources []identity.Source
 	fold        canon.Fold
 	guard       *adminGuard
-	hasher      *offenders.Hasher // names clients in the log when the snapshot has no offenders
 	// storeErrors samples the store-error log lines.
 	storeErrors *sampler
 	access      AccessLog
@@ -139,12 +142,9 @@ func New(o Options) (*gin.Engine, error) {
 	}
 	var err error
 	if o.Listener != PublicRoutes {
-		if h.guard, err = newAdminGuard(o.AdminFailures); err != nil {
+		if h.guard, err = newAdminGuard(o.AdminFailureStore, o.AdminFailures); err != nil {
 			return nil, err
 		}
-	}
-	if h.hasher, err = offenders.NewHasher(""); err != nil {
-		return nil, fmt.Errorf("httpapi: %w", err)
 	}
 	if o.AdminKey != "" {
 		sum := adminDigest(o.AdminKey)

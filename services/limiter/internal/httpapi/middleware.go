@@ -103,7 +103,7 @@ func (h *handler) observe(c *gin.Context) {
 		slog.String("request_id", requestIDOf(c)),
 	)
 	if client != "" {
-		attrs = append(attrs, slog.String("client", h.hash(h.current(), client)))
+		attrs = append(attrs, slog.String("client", clientHash(h.current(), client)))
 	}
 	if folded >= 0 {
 		attrs = append(attrs, slog.Int("folded", folded))
@@ -111,13 +111,10 @@ func (h *handler) observe(c *gin.Context) {
 	h.log.LogAttrs(c.Request.Context(), slog.LevelInfo, "request", attrs...)
 }
 
-// hash names a client key in the logs: the offenders report's keyed hash,
-// so that the two agree, or the engine's own when there is no report.
-func (h *handler) hash(s *snapshot.Snapshot, key string) string {
-	if off := s.Decider.Offenders(); off != nil {
-		return off.Hash(key)
-	}
-	return h.hasher.Sum(key)
+// clientHash names a client key in the logs: the offenders report's keyed hash,
+// so that the two agree.
+func clientHash(s *snapshot.Snapshot, key string) string {
+	return s.Decider.Offenders().Hash(key)
 }
 
 // recover turns a panic in a handler into a 500 problem that says nothing of

@@ -1,4 +1,4 @@
-package app
+package fallback
 
 import (
 	"bytes"
@@ -24,6 +24,9 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
+// t0 is the tests' time.
+var t0 = time.Date(2026, 1, 1, 0, 0, 45, 0, time.UTC)
+
 // The three policies of the fallback tests, one per on_store_error mode.
 var (
 	closedPolicy = limiter.Policy{Name: "closed", Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Hour}
@@ -36,7 +39,7 @@ var (
 type fallbackRig struct {
 	srv     *redistest.Server
 	breaker *limitertest.Clock // times the breaker's cooldown only
-	f       *fallback
+	f       *Store
 	reg     *prometheus.Registry
 	logs    *bytes.Buffer // written under slog's handler lock; read after the calls
 }
@@ -57,7 +60,7 @@ func newFallbackRig(t *testing.T) *fallbackRig {
 	}
 	reg := prometheus.NewRegistry()
 	logs := &bytes.Buffer{}
-	f, err := newFallback(primary, cfg, []limiter.Policy{closedPolicy, openPolicy, localPolicy}, reg, slog.New(slog.NewTextHandler(logs, nil)))
+	f, err := New(primary, cfg, []limiter.Policy{closedPolicy, openPolicy, localPolicy}, reg, slog.New(slog.NewTextHandler(logs, nil)))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = f.Close() })
 	return &fallbackRig{srv: srv, breaker: clock, f: f, reg: reg, logs: logs}
@@ -73,7 +76,7 @@ func (r *fallbackRig) allow(p limiter.Policy, k limiter.Key) (limiter.Decision, 
 }
 
 // fallbacks returns policy p's tollgate_store_fallback_total.
-func fallbacks(f *fallback, p limiter.Policy) float64 {
+func fallbacks(f *Store, p limiter.Policy) float64 {
 	return testutil.ToFloat64(f.modes.used[p.Name].(prometheus.Collector))
 }
 
@@ -86,7 +89,7 @@ func TestFallbackModesFollowAReload(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrUnavailable, "fail_closed before the reload")
 
 	added := limiter.Policy{Name: "added", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour}
-	r.f = r.f.withPolicies(config.Live{OnStoreError: map[string]config.StoreErrorMode{
+	r.f = r.f.WithPolicies(config.Live{OnStoreError: map[string]config.StoreErrorMode{
 		"closed": config.FailOpen, "added": config.Local,
 	}}, []limiter.Policy{closedPolicy, added})
 
@@ -281,7 +284,7 @@ func TestStoreFailed(t *testing.T) {
 // an outage's start or end do not make the log flap.
 func TestFallbackIgnoresOldNews(t *testing.T) {
 	logs := &bytes.Buffer{}
-	f, err := newFallback(memstore.New(), config.Config{}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
+	f, err := New(memstore.New(), config.Config{}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
 	require.NoError(t, err)
 	ctx := context.Background()
 	down := fmt.Errorf("x: %w", limiter.ErrUnavailable)

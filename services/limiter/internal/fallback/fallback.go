@@ -1,4 +1,10 @@
-package app
+// Package fallback is the service's on_store_error: a limiter.Store over a
+// remote store (Redis) that answers as each policy's mode says while the
+// store cannot decide. It is the service's, not the library's: the modes
+// are the configuration's (config.StoreErrorMode) and it counts its
+// answers in the service's Prometheus metrics; a library user gets
+// limiter.ErrUnavailable and chooses for itself.
+package fallback
 
 import (
 	"context"
@@ -15,7 +21,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
-// fallback is a limiter.Store that passes every call to its primary store
+// Store is a limiter.Store that passes every call to its primary store
 // and, when the primary cannot decide, answers as each policy's
 // on_store_error says:
 //
@@ -36,17 +42,17 @@ import (
 // It logs one line when the primary starts failing and one when it answers
 // again, however many calls see the change. It is safe for concurrent use.
 //
-// A fallback knows the modes of one set of policies, fixed when it is made:
-// a reload makes another with withPolicies, sharing the primary, the local
+// A Store knows the modes of one set of policies, fixed when it is made:
+// a reload makes another with WithPolicies, sharing the primary, the local
 // store and the health state, and publishes it in the new snapshot. So a
 // request decides on the modes of the snapshot it loaded.
-type fallback struct {
-	*fallbackState
-	modes *fallbackModes
+type Store struct {
+	*state
+	modes *policyModes
 }
 
-// fallbackState is what every fallback of one primary shares.
-type fallbackState struct {
+// state is what every fallback of one primary shares.
+type state struct {
 	primary limiter.Store
 	local   *memstore.Store // decides for local policies while the primary cannot
 	usedVec *prometheus.CounterVec
@@ -58,41 +64,41 @@ type fallbackState struct {
 	since uint64        // ticket of the call whose outcome last changed down
 }
 
-// fallbackModes is what a fallback knows of the policies in force.
-type fallbackModes struct {
+// policyModes is what a fallback knows of the policies in force.
+type policyModes struct {
 	mode   map[string]config.StoreErrorMode
 	used   map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
 	locals []limiter.Policy              // the local policies, for Prune
 }
 
-var _ limiter.Store = (*fallback)(nil)
+var _ limiter.Store = (*Store)(nil)
 
-// newFallback wraps primary for policies, with the modes cfg gives them, and
+// New wraps primary for policies, with the modes cfg gives them, and
 // registers tollgate_store_fallback_total{policy,mode} on reg (one child per
 // fail_open or local policy). cfg.MemoryMaxKeys bounds the local memory
 // store.
-func newFallback(primary limiter.Store, cfg config.Config, policies []limiter.Policy, reg prometheus.Registerer, log *slog.Logger) (*fallback, error) {
+func New(primary limiter.Store, cfg config.Config, policies []limiter.Policy, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
 	used := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_store_fallback_total",
 		Help: "Decisions made without the store because it could not decide, by policy and on_store_error mode (fail_open: allowed uncounted; local: decided by this instance alone).",
 	}, []string{"policy", "mode"})
 	if err := reg.Register(used); err != nil {
-		return nil, errors.Join(errors.New("app: register fallback metric"), err)
+		return nil, errors.Join(errors.New("fallback: register metric"), err)
 	}
-	st := &fallbackState{
+	st := &state{
 		primary: primary,
 		local:   memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)),
 		usedVec: used,
 		log:     log,
 	}
-	return (&fallback{fallbackState: st}).withPolicies(cfg.Live, policies), nil
+	return (&Store{state: st}).WithPolicies(cfg.Live, policies), nil
 }
 
-// withPolicies returns a fallback of the same primary for policies, with the
+// WithPolicies returns a Store of the same primary for policies, with the
 // modes cfg gives them: at start and for each reload. f is unchanged, and
 // calls made on it keep its modes.
-func (f *fallback) withPolicies(cfg config.Live, policies []limiter.Policy) *fallback {
-	m := &fallbackModes{
+func (f *Store) WithPolicies(cfg config.Live, policies []limiter.Policy) *Store {
+	m := &policyModes{
 		mode: make(map[string]config.StoreErrorMode, len(policies)),
 		used: make(map[string]prometheus.Counter, len(policies)),
 	}
@@ -107,7 +113,7 @@ func (f *fallback) withPolicies(cfg config.Live, policies []limiter.Policy) *fal
 			m.locals = append(m.locals, p)
 		}
 	}
-	return &fallback{fallbackState: f.fallbackState, modes: m}
+	return &Store{state: f.state, modes: m}
 }
 
 // storeFailed reports whether err says the store could not decide, as
@@ -121,7 +127,7 @@ func storeFailed(ctx context.Context, err error) bool {
 // reports whether the primary failed. It logs when the state changes; a call
 // that started before the call which last changed the state is old news and
 // changes nothing, so concurrent calls straddling a change do not flap.
-func (f *fallback) observe(ctx context.Context, ticket uint64, err error) bool {
+func (f *Store) observe(ctx context.Context, ticket uint64, err error) bool {
 	failed := storeFailed(ctx, err)
 	if err != nil && !failed {
 		return false // says nothing about the store's health
@@ -145,7 +151,7 @@ func (f *fallback) observe(ctx context.Context, ticket uint64, err error) bool {
 }
 
 // Allow decides on the primary, or as p's mode says when it cannot.
-func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
+func (f *Store) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
 	ticket := f.calls.Add(1)
 	d, err := f.primary.Allow(ctx, p, r)
 	if !f.observe(ctx, ticket, err) {
@@ -165,7 +171,7 @@ func (f *fallback) Allow(ctx context.Context, p limiter.Policy, r limiter.Reques
 
 // Peek reads the primary, or the local store for a local policy when the
 // primary cannot answer.
-func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
+func (f *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
 	ticket := f.calls.Add(1)
 	d, err := f.primary.Peek(ctx, p, k, now)
 	if f.observe(ctx, ticket, err) && f.modes.mode[p.Name] == config.Local {
@@ -177,16 +183,16 @@ func (f *fallback) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, no
 // Reset forgets k on the primary and, for a local policy, in the local store
 // too; it returns the units removed from both (see limiter.Store) and the
 // primary's error.
-func (f *fallback) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
+func (f *Store) Reset(ctx context.Context, p limiter.Policy, k limiter.Key) (int64, error) {
 	return f.reset(ctx, p, func(s limiter.Store) (int64, error) { return s.Reset(ctx, p, k) })
 }
 
 // ResetSubject is Reset for every scope of subject.
-func (f *fallback) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
+func (f *Store) ResetSubject(ctx context.Context, p limiter.Policy, subject string) (int64, error) {
 	return f.reset(ctx, p, func(s limiter.Store) (int64, error) { return s.ResetSubject(ctx, p, subject) })
 }
 
-func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.Store) (int64, error)) (int64, error) {
+func (f *Store) reset(ctx context.Context, p limiter.Policy, on func(limiter.Store) (int64, error)) (int64, error) {
 	ticket := f.calls.Add(1)
 	n, err := on(f.primary)
 	f.observe(ctx, ticket, err)
@@ -198,7 +204,7 @@ func (f *fallback) reset(ctx context.Context, p limiter.Policy, on func(limiter.
 }
 
 // Prune prunes the primary and the local store.
-func (f *fallback) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
+func (f *Store) Prune(ctx context.Context, now time.Time, policies []limiter.Policy) (int64, error) {
 	n, err := f.primary.Prune(ctx, now, policies)
 	m, lerr := f.local.Prune(ctx, now, f.modes.locals)
 	return n + m, errors.Join(err, lerr)
@@ -206,7 +212,7 @@ func (f *fallback) Prune(ctx context.Context, now time.Time, policies []limiter.
 
 // Ping pings the primary: /readyz fails while it cannot decide, whatever the
 // policies' modes, so that operators and load balancers see the outage.
-func (f *fallback) Ping(ctx context.Context) error {
+func (f *Store) Ping(ctx context.Context) error {
 	ticket := f.calls.Add(1)
 	err := f.primary.Ping(ctx)
 	f.observe(ctx, ticket, err)
@@ -214,10 +220,10 @@ func (f *fallback) Ping(ctx context.Context) error {
 }
 
 // Close closes the primary and the local store.
-func (f *fallback) Close() error {
+func (f *Store) Close() error {
 	return errors.Join(f.primary.Close(), f.local.Close())
 }
 
 // Capabilities are the primary's: the fallback covers its outages, it does
 // not change what it runs.
-func (f *fallback) Capabilities() limiter.Capabilities { return limiter.CapabilitiesOf(f.primary) }
+func (f *Store) Capabilities() limiter.Capabilities { return limiter.CapabilitiesOf(f.primary) }

@@ -1,4 +1,4 @@
-package app
+package fallback
 
 import (
 	"io"
@@ -28,7 +28,7 @@ func TestFallbackConformance(t *testing.T) {
 		primary, err := redisstore.Open(srv.URL(), redisstore.WithClientTime(),
 			redisstore.WithPrefix(srv.Prefix()+"-fallback-"+strconv.Itoa(n)), redisstore.WithTimeout(5*time.Second))
 		require.NoError(tb, err)
-		f, err := newFallback(primary, config.Config{MemoryMaxKeys: 10_000}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		f, err := New(primary, config.Config{MemoryMaxKeys: 10_000}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		require.NoError(tb, err)
 		return f
 	})
