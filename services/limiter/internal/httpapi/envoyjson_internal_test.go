@@ -19,14 +19,17 @@ import (
 // invalid request is 400 with the error's message, the rest is the store's
 // unavailability with its cause kept (shed, cancelled, failed).
 func TestEnvoyProblem(t *testing.T) {
-	_, bad := envoy.Decide(context.Background(), nil, nil, &rlsv3.RateLimitRequest{})
-	require.ErrorIs(t, bad, envoy.ErrInvalid)
-	p := envoyProblem(bad)
-	assert.Equal(t, http.StatusBadRequest, p.status)
-	assert.Equal(t, bad.Error(), p.detail)
-	assert.NoError(t, p.cause, "nothing to log")
+	var req rlsv3.RateLimitRequest
+	_, invalidRequest := envoy.Decide(context.Background(), nil, nil, &req)
+	for _, bad := range []error{invalidRequest, envoy.DecodeJSON([]byte(`{"domain":`), &req)} {
+		require.ErrorIs(t, bad, envoy.ErrInvalid)
+		p := envoyProblem(bad)
+		assert.Equal(t, http.StatusBadRequest, p.status)
+		assert.Equal(t, bad.Error(), p.detail)
+		assert.NoError(t, p.cause, "nothing to log")
+	}
 
-	p = envoyProblem(fmt.Errorf("store: %w", limiter.ErrOverloaded))
+	p := envoyProblem(fmt.Errorf("store: %w", limiter.ErrOverloaded))
 	assert.Equal(t, []any{http.StatusServiceUnavailable, "overloaded"}, []any{p.status, p.slug})
 	p = envoyProblem(fmt.Errorf("store: %w", context.Canceled))
 	assert.Equal(t, []any{http.StatusServiceUnavailable, "the request was cancelled"}, []any{p.status, p.detail})
