@@ -101,7 +101,7 @@ if [ "${BENCH_LIB:-1}" != 0 ]; then
 	echo
 	echo '```'
 	(cd "$root/pkg/limiter" && go test -run '^$' -bench . -benchmem -benchtime="${BENCHTIME:-1s}" ./...)
-	(cd "$root/services/limiter" && go test -run '^$' -bench . -benchmem -benchtime="${BENCHTIME:-1s}" ./internal/httpapi)
+	(cd "$root/services/limiter" && go test -run '^$' -bench . -benchmem -benchtime="${BENCHTIME:-1s}" ./internal/httpapi ./internal/envoy)
 	echo '```'
 	echo
 fi

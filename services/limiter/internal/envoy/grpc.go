@@ -2,6 +2,7 @@ package envoy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
@@ -12,7 +13,53 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
+
+// Source returns what one call decides with: the rules and the decider of
+// the configuration in force. Each call reads it once, so a call finishes
+// on the configuration it started with.
+type Source func() (*Rules, *decide.Decider)
+
+// Service answers Envoy's rate-limit gRPC API: it adapts each call to
+// Decide. It is safe for concurrent use.
+type Service struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	current Source
+}
+
+// NewService returns a Service reading its configuration from current.
+func NewService(current Source) *Service { return &Service{current: current} }
+
+// ShouldRateLimit answers one gRPC call (see Decide), its error as a
+// status (see grpcStatus).
+func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	rules, dec := s.current()
+	resp, err := Decide(ctx, dec, rules, req)
+	if err != nil {
+		return nil, grpcStatus(err)
+	}
+	return resp, nil
+}
+
+// grpcStatus is the status of an error of Decide, the one place errors
+// become statuses: InvalidArgument for an invalid request; for a decision
+// the store could not make, ResourceExhausted when this instance shed it,
+// Canceled when the caller went away (nothing to blame on the store),
+// Unavailable else. Envoy applies its failure_mode_deny to the last two.
+func grpcStatus(err error) error {
+	switch {
+	case errors.Is(err, ErrInvalid):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, limiter.ErrOverloaded):
+		return status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
+	case errors.Is(err, context.Canceled):
+		return status.Error(codes.Canceled, "envoy: the call was cancelled: "+err.Error())
+	}
+	return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
+}
 
 // MaxMessageBytes bounds a received gRPC message (1 MiB); a larger one is
 // refused with ResourceExhausted before it is decoded.

@@ -2,7 +2,10 @@
 // it reads that service's YAML configuration (a folder of files, one domain
 // each), answers Envoy's rate-limit gRPC API
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and lets the
-// HTTP service answer the same requests on POST /json.
+// HTTP service answer the same requests on POST /json, in protobuf's JSON
+// mapping (DecodeJSON, AppendJSON). Both transports decide through Decide,
+// whose errors are plain Go errors; only the gRPC server (grpc.go) turns
+// them into gRPC statuses.
 //
 // Every leaf of a domain's descriptor tree that carries a rate_limit becomes
 // one limiter.Policy (fixed_window by default, as Envoy's service does; the

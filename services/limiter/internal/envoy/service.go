@@ -10,35 +10,12 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 )
-
-// Source returns what one call decides with: the rules and the decider of
-// the configuration in force. Each call reads it once, so a call finishes
-// on the configuration it started with.
-type Source func() (*Rules, *decide.Decider)
-
-// Service answers Envoy's rate-limit gRPC API: it adapts each call to
-// Decide. It is safe for concurrent use.
-type Service struct {
-	rlsv3.UnimplementedRateLimitServiceServer
-	current Source
-}
-
-// NewService returns a Service reading its configuration from current.
-func NewService(current Source) *Service { return &Service{current: current} }
-
-// ShouldRateLimit answers one gRPC call (see Decide).
-func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	rules, dec := s.current()
-	return Decide(ctx, dec, rules, req)
-}
 
 // Decide decides every descriptor of req with dec (each is one limit; all
 // of them are counted) and answers OVER_LIMIT when any non-shadow limit is
@@ -66,12 +43,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 //   - The answer carries header fields only with Options.ResponseHeaders,
 //     and dynamic_metadata only with Options.DynamicMetadata.
 //
-// Errors are gRPC statuses: InvalidArgument for an empty domain, no
-// descriptors, a bad limit override, negative hits (not supported) or a
-// request over the bounds; Unavailable when the store
-// cannot decide, ResourceExhausted when this instance shed the request (its
-// decision could not be sent within the budget); Envoy then applies its
-// failure_mode_deny.
+// Errors are plain Go errors, which each transport answers in its own
+// terms (the gRPC server in status codes, see ShouldRateLimit; POST /json
+// in HTTP problems): ErrInvalid for an empty domain, no descriptors, a bad
+// limit override, negative hits (not supported) or a request over the
+// bounds; otherwise the store could not decide, and the error keeps the
+// cause in its chain: limiter.ErrOverloaded when this instance shed the
+// request (its decision could not be sent within the budget),
+// context.Canceled when the caller went away, the store's error else.
 func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
@@ -83,7 +62,7 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		if desc.GetLimit() != nil {
 			var err error
 			if limits[i], keys[i], err = rules.Override(req.GetDomain(), desc); err != nil {
-				return nil, status.Error(codes.InvalidArgument, err.Error())
+				return nil, err
 			}
 		} else {
 			limits[i], keys[i] = rules.Match(req.GetDomain(), desc.GetEntries())
@@ -125,31 +104,18 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 	}
 	if rules.opts.StopIncrementWhenOverLimit {
 		if err := stopIncrement(ctx, dec, checks); err != nil {
-			return nil, unavailable(err)
+			return nil, err
 		}
 	}
 	v, err := dec.Each(ctx, checks, rules.opts.ResponseHeaders)
-	if errors.Is(err, limiter.ErrOverloaded) {
-		return nil, status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
-	}
 	if err != nil {
-		return nil, unavailable(err)
+		return nil, err
 	}
 	resp := answer(limits, index, v, rules.opts)
 	if rules.opts.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, limits, index, v)
 	}
 	return resp, nil
-}
-
-// unavailable is the status of a decision the store could not make: Canceled
-// when the caller went away (nothing to blame on the store), else
-// Unavailable.
-func unavailable(err error) error {
-	if errors.Is(err, context.Canceled) {
-		return status.Error(codes.Canceled, "envoy: the call was cancelled: "+err.Error())
-	}
-	return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
 }
 
 // stopIncrement applies STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT to checks,
@@ -193,10 +159,17 @@ const (
 	MaxEntries     = 32 // entries in one descriptor
 )
 
+// ErrInvalid is the error, in the chain of Decide's and DecodeJSON's, of a
+// request no configuration could answer: the caller's to fix (gRPC's
+// InvalidArgument, HTTP's 400). The error's message says what is wrong.
+var ErrInvalid = errors.New("envoy: invalid request")
+
+// invalid returns an ErrInvalid saying msg.
+func invalid(msg string) error { return fmt.Errorf("%w: %s", ErrInvalid, msg) }
+
 // validate refuses what no configuration could answer, and requests over
 // the bounds above.
 func validate(req *rlsv3.RateLimitRequest) error {
-	invalid := func(msg string) error { return status.Error(codes.InvalidArgument, "envoy: "+msg) }
 	switch {
 	case req.GetDomain() == "":
 		return invalid("the rate limit domain must not be empty")

@@ -1,16 +1,12 @@
 package httpapi
 
 import (
-	"context"
+	"errors"
 	"net/http"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/gin-gonic/gin"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
@@ -19,20 +15,14 @@ import (
 // RateLimitRequest in protobuf's JSON mapping, the answer the
 // RateLimitResponse in the same mapping, 200 when OK and 429 when
 // OVER_LIMIT. The response's headers to add are set on the answer too
-// (RateLimit-Policy, RateLimit, Retry-After). Errors are problems: 400 for
-// a body that is not a valid request, 413 over MaxBodyBytes, 503 when the
-// store cannot decide.
+// (RateLimit-Policy, RateLimit, Retry-After). Errors are problems (see
+// envoyProblem; 413 over MaxBodyBytes).
 func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer, *problem) {
 	var req rlsv3.RateLimitRequest
 	if p := withBody(c, func(buf *bodyBuf) *problem {
-		// Envoy's usual shape without protojson's reflection; protojson
-		// reads the rest and words the errors. Both copy every string they
-		// read: req keeps nothing of buf.
-		if parseEnvoyRequest(buf.body, &req) {
-			return nil
-		}
-		if err := protojson.Unmarshal(buf.body, &req); err != nil {
-			return fail(http.StatusBadRequest, "the body is not a RateLimitRequest in JSON: "+err.Error())
+		// req keeps nothing of buf, which the next request reuses.
+		if err := envoy.DecodeJSON(buf.body, &req); err != nil {
+			return envoyProblem(err)
 		}
 		return nil
 	}); p != nil {
@@ -41,24 +31,11 @@ func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer,
 	h.setClient(c, req.GetDomain())
 	resp, err := envoy.Decide(c.Request.Context(), s.Decider, s.Envoy, &req)
 	if err != nil {
-		st := status.Convert(err)
-		switch st.Code() {
-		case codes.InvalidArgument:
-			return answer{}, fail(http.StatusBadRequest, st.Message())
-		case codes.Unavailable:
-			return answer{}, unavailable(err)
-		case codes.Canceled: // the client went away: the cause's chain is lost in the status
-			return answer{}, unavailable(context.Canceled)
-		case codes.ResourceExhausted: // shed: as above
-			return answer{}, unavailable(limiter.ErrOverloaded)
-		}
-		return answer{}, internalError()
+		return answer{}, envoyProblem(err)
 	}
-	data, ok := appendEnvoyResponse(make([]byte, 0, 512), resp)
-	if !ok {
-		if data, err = protojson.Marshal(resp); err != nil {
-			return answer{}, internalError()
-		}
+	data, err := envoy.AppendJSON(make([]byte, 0, 512), resp)
+	if err != nil {
+		return answer{}, internalError()
 	}
 	for _, hv := range resp.GetResponseHeadersToAdd() {
 		c.Header(hv.GetKey(), hv.GetValue())
@@ -68,4 +45,15 @@ func (h *handler) handleEnvoyJSON(c *gin.Context, s *snapshot.Snapshot) (answer,
 		a.status = http.StatusTooManyRequests
 	}
 	return a, nil
+}
+
+// envoyProblem is the answer to an error of the envoy package, the one
+// place POST /json turns them into HTTP: 400 for a request no configuration
+// could answer (envoy.ErrInvalid: a body that is not a RateLimitRequest, an
+// empty domain, ...), else the store could not decide (see unavailable).
+func envoyProblem(err error) *problem {
+	if errors.Is(err, envoy.ErrInvalid) {
+		return fail(http.StatusBadRequest, err.Error())
+	}
+	return unavailable(err)
 }

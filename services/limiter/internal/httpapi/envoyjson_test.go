@@ -13,9 +13,9 @@ import (
 )
 
 // A POST /json whose client went away before the store answered is 503,
-// "the request was cancelled", and no store error in the log: the gRPC
-// status Decide returns has lost the cancellation, the request's context
-// has not. (The app tests exercise POST /json; this one needs the logs.)
+// "the request was cancelled", and no store error in the log: Decide's
+// error keeps the cancellation in its chain. (The app tests exercise POST
+// /json; this one needs the logs.)
 func TestEnvoyJSONClientGone(t *testing.T) {
 	rules, err := envoy.LoadDir(filepath.Join("..", "envoy", "testdata", "rules"), envoy.Options{})
 	require.NoError(t, err)

@@ -156,8 +156,8 @@ func New(o Options) (*gin.Engine, error) {
 	}, []string{"route", "code_class"})
 	if err := o.Registry.Register(h.requests); err != nil {
 		// A second engine (the internal listener's) counts into the first's.
-		are, ok := errors.AsType[prometheus.AlreadyRegisteredError](err)
-		if !ok {
+		var are prometheus.AlreadyRegisteredError
+		if !errors.As(err, &are) {
 			return nil, errors.Join(errors.New("httpapi: register metrics"), err)
 		}
 		h.requests = are.ExistingCollector.(*prometheus.CounterVec)

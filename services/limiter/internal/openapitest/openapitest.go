@@ -96,7 +96,7 @@ func (d *Document) Check(x Exchange) error {
 	}
 	route, params, err := d.router.FindRoute(req)
 	var reason string // the router answers new RouteErrors, not its sentinels
-	if re, ok := errors.AsType[*routers.RouteError](err); ok {
+	if re := (*routers.RouteError)(nil); errors.As(err, &re) {
 		reason = re.Reason
 	}
 	if err == nil && len(req.URL.Path) > 1 && strings.HasSuffix(req.URL.Path, "/") {

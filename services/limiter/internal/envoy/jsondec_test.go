@@ -1,4 +1,4 @@
-package httpapi
+package envoy
 
 import (
 	"strings"
@@ -47,13 +47,13 @@ var envoyRequestsFallBack = []string{
 	"{\"domain\":\"\xff\"}", "{\"domain\":\"a\tb\"}", `{"domain":"a\x"}`, "\ufeff{}",
 }
 
-// sameAsProtojson fails t when parseEnvoyRequest reads body and protojson
+// sameAsProtojson fails t when parseRequest reads body and protojson
 // does not read it, or reads another message; it reports whether the fast
 // path read it.
 func sameAsProtojson(t *testing.T, body []byte) bool {
 	t.Helper()
 	var fast rlsv3.RateLimitRequest
-	if !parseEnvoyRequest(body, &fast) {
+	if !parseRequest(body, &fast) {
 		assert.True(t, proto.Equal(&fast, &rlsv3.RateLimitRequest{}), "%q: refused, req untouched", body)
 		return false
 	}
@@ -79,7 +79,7 @@ func TestEnvoyRequestLikeProtojson(t *testing.T) {
 func TestEnvoyRequestCopies(t *testing.T) {
 	body := []byte(`{"domain":"dom","descriptors":[{"entries":[{"key":"key","value":"val"}]}]}`)
 	var req rlsv3.RateLimitRequest
-	require.True(t, parseEnvoyRequest(body, &req))
+	require.True(t, parseRequest(body, &req))
 	for i := range body {
 		body[i] = 'x'
 	}
@@ -102,7 +102,7 @@ func BenchmarkEnvoyRequest(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			var req rlsv3.RateLimitRequest
-			if !parseEnvoyRequest(body, &req) {
+			if !parseRequest(body, &req) {
 				b.Fatal("refused")
 			}
 		}

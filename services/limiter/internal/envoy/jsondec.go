@@ -1,4 +1,4 @@
-package httpapi
+package envoy
 
 import (
 	"encoding/json"
@@ -11,17 +11,17 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 )
 
-// parseEnvoyRequest sets req to body read as protojson.Unmarshal reads it,
+// parseRequest sets req to body read as protojson.Unmarshal reads it,
 // when body has the shape Envoy sends: an object of domain (a string),
 // descriptors (an array of objects whose only member is entries, an array
 // of objects of key and value strings) and hitsAddend or hits_addend (an
 // integer that fits a uint32, without fraction or exponent). For anything
 // else (another member, a name given twice, null, a value of another type,
 // a string holding U+FFFD, bad syntax) ok is false, req is untouched and
-// the caller uses protojson, which stays the judge of what is an error. It
+// DecodeJSON uses protojson, which stays the judge of what is an error. It
 // saves protojson's reflection on every POST /json request. req keeps
 // nothing of body: canon.String copies.
-func parseEnvoyRequest(body []byte, req *rlsv3.RateLimitRequest) (ok bool) {
+func parseRequest(body []byte, req *rlsv3.RateLimitRequest) (ok bool) {
 	var members [3]canon.Member
 	obj, err := canon.AppendObject(members[:0], body)
 	if err != nil {
@@ -36,9 +36,9 @@ func parseEnvoyRequest(body []byte, req *rlsv3.RateLimitRequest) (ok bool) {
 	for _, m := range obj {
 		switch m.Name() {
 		case "domain":
-			domain, ok = envoyString(m.Value)
+			domain, ok = jsonString(m.Value)
 		case "descriptors":
-			descriptors, ok = envoyList(m.Value, envoyDescriptor)
+			descriptors, ok = jsonList(m.Value, jsonDescriptor)
 		case "hitsAddend", "hits_addend": // protojson reads either name, and refuses both at once
 			var err error
 			hitsAddend, err = strconv.ParseUint(string(m.Value), 10, 32)
@@ -55,10 +55,10 @@ func parseEnvoyRequest(body []byte, req *rlsv3.RateLimitRequest) (ok bool) {
 	return true
 }
 
-// envoyDescriptor reads a descriptor of entries only; a limit override or
+// jsonDescriptor reads a descriptor of entries only; a limit override or
 // a descriptor's own hits_addend (a wrapper, a number or a string) is left
 // to protojson.
-func envoyDescriptor(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor, bool) {
+func jsonDescriptor(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor, bool) {
 	var members [1]canon.Member
 	obj, err := canon.AppendObject(members[:0], raw)
 	if err != nil {
@@ -68,7 +68,7 @@ func envoyDescriptor(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor, boo
 	for _, m := range obj {
 		var ok bool
 		if m.Name() == "entries" {
-			d.Entries, ok = envoyList(m.Value, envoyEntry)
+			d.Entries, ok = jsonList(m.Value, jsonEntry)
 		}
 		if !ok {
 			return nil, false
@@ -77,8 +77,8 @@ func envoyDescriptor(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor, boo
 	return d, true
 }
 
-// envoyEntry reads a descriptor's entry: a key and a value.
-func envoyEntry(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor_Entry, bool) {
+// jsonEntry reads a descriptor's entry: a key and a value.
+func jsonEntry(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor_Entry, bool) {
 	var members [2]canon.Member
 	obj, err := canon.AppendObject(members[:0], raw)
 	if err != nil {
@@ -89,9 +89,9 @@ func envoyEntry(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor_Entry, bo
 		var ok bool
 		switch m.Name() {
 		case "key":
-			e.Key, ok = envoyString(m.Value)
+			e.Key, ok = jsonString(m.Value)
 		case "value":
-			e.Value, ok = envoyString(m.Value)
+			e.Value, ok = jsonString(m.Value)
 		}
 		if !ok {
 			return nil, false
@@ -100,9 +100,9 @@ func envoyEntry(raw json.RawMessage) (*ratelimitv3.RateLimitDescriptor_Entry, bo
 	return e, true
 }
 
-// envoyList reads raw as an array of items, each read by item; nil when it
+// jsonList reads raw as an array of items, each read by item; nil when it
 // is empty, as protojson leaves an empty list.
-func envoyList[T any](raw json.RawMessage, item func(json.RawMessage) (*T, bool)) ([]*T, bool) {
+func jsonList[T any](raw json.RawMessage, item func(json.RawMessage) (*T, bool)) ([]*T, bool) {
 	var elems [4]json.RawMessage
 	arr, err := canon.AppendArray(elems[:0], raw)
 	if err != nil {
@@ -121,11 +121,11 @@ func envoyList[T any](raw json.RawMessage, item func(json.RawMessage) (*T, bool)
 	return items, true
 }
 
-// envoyString reads a JSON string as canon.String does, refusing null
+// jsonString reads a JSON string as canon.String does, refusing null
 // (which canon.String reads as "") and a string holding U+FFFD: that is
 // what encoding/json, behind canon.String, makes of a lone surrogate
 // escape ("\ud800"), which protojson refuses.
-func envoyString(raw json.RawMessage) (string, bool) {
+func jsonString(raw json.RawMessage) (string, bool) {
 	if len(raw) == 0 || raw[0] != '"' {
 		return "", false
 	}

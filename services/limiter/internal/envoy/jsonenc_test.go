@@ -1,4 +1,4 @@
-package httpapi
+package envoy
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ type (
 )
 
 // The hand-written answer is protojson's, byte for byte once protojson's
-// random spaces are compacted away, for every shape envoy.Decide answers.
+// random spaces are compacted away, for every shape Decide answers.
 func TestEnvoyResponseLikeProtojson(t *testing.T) {
 	over := rlsv3.RateLimitResponse_OVER_LIMIT
 	ok := rlsv3.RateLimitResponse_OK
@@ -49,7 +49,7 @@ func TestEnvoyResponseLikeProtojson(t *testing.T) {
 		require.NoError(t, err, name)
 		var compact bytes.Buffer
 		require.NoError(t, json.Compact(&compact, want), name)
-		got, done := appendEnvoyResponse([]byte("prefix:"), resp)
+		got, done := appendResponse([]byte("prefix:"), resp)
 		require.True(t, done, name)
 		assert.Equal(t, "prefix:"+compact.String(), string(got), name)
 
@@ -76,7 +76,7 @@ func TestEnvoyResponseFallsBack(t *testing.T) {
 		"unnamed enum":    {OverallCode: 42},
 		"invalid":         {Statuses: []*rlStatus{{DurationUntilReset: &durationpb.Duration{Seconds: 1, Nanos: -1}}}},
 	} {
-		got, done := appendEnvoyResponse([]byte("prefix:"), resp)
+		got, done := appendResponse([]byte("prefix:"), resp)
 		assert.False(t, done, name)
 		assert.Equal(t, "prefix:", string(got), name)
 	}
@@ -91,7 +91,7 @@ func BenchmarkEnvoyResponse(b *testing.B) {
 	b.Run("append", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, ok := appendEnvoyResponse(nil, resp); !ok {
+			if _, ok := appendResponse(nil, resp); !ok {
 				b.Fatal("not covered")
 			}
 		}

@@ -1,4 +1,4 @@
-package httpapi
+package envoy
 
 import (
 	"strconv"
@@ -9,16 +9,16 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
-// appendEnvoyResponse appends resp in protobuf's JSON mapping as
+// appendResponse appends resp in protobuf's JSON mapping as
 // protojson.Marshal writes it (field order, names, enum names, durations,
 // default values left out), without the random spaces protojson adds. It
-// covers what envoy.Decide answers: the codes, the statuses' limits,
+// covers what Decide answers: the codes, the statuses' limits,
 // remaining counts and durations, and the headers to add. For anything else
 // (quota, metadata, raw body, request headers, unit multipliers, raw header
 // values, a string with a control or non-ASCII byte, an unnamed enum number) ok is
-// false and the caller uses protojson. It saves protojson's reflection on
+// false and AppendJSON uses protojson. It saves protojson's reflection on
 // every POST /json answer.
-func appendEnvoyResponse(b []byte, resp *rlsv3.RateLimitResponse) (_ []byte, ok bool) {
+func appendResponse(b []byte, resp *rlsv3.RateLimitResponse) (_ []byte, ok bool) {
 	if len(resp.GetRequestHeadersToAdd()) > 0 || len(resp.GetRawBody()) > 0 || resp.GetDynamicMetadata() != nil ||
 		resp.GetQuota() != nil || len(resp.ProtoReflect().GetUnknown()) > 0 {
 		return b, false
