@@ -82,3 +82,45 @@ func TestParseRequestCSV(t *testing.T) {
 		assert.Contains(t, err.Error(), want, header)
 	}
 }
+
+// FuzzParseAccess: whatever the line, no panic, and a parsed request has a
+// method, a target and a client, at a time in the range.
+func FuzzParseAccess(f *testing.F) {
+	for _, seed := range []string{
+		`192.0.2.1 - - [01/Jan/2026:12:00:00 +0100] "GET /a?b=1 HTTP/1.1" 200 5`,
+		`h:1 192.0.2.1 - - [01/Jan/2026:12:00:00 +0100] "GET / HTTP/1.1" 200 5 "-" "ua"`,
+		`[ ] "`, `a b c [`, `a b c []"`, `a b c [01/Jan/2026:12:00:00 +0100] "" 1`,
+	} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var r Request
+		if ParseAccess([]byte(line), &r) != nil {
+			return
+		}
+		assert.NotEmpty(t, r.Method)
+		assert.NotEmpty(t, r.Target)
+		assert.NotEmpty(t, r.Client)
+		assert.GreaterOrEqual(t, r.At, MinTime.UnixNano())
+		assert.Less(t, r.At, MaxTime.UnixNano())
+	})
+}
+
+// FuzzRequestCSV: whatever the line, no panic, and a parsed request has a
+// method, a target and a key.
+func FuzzRequestCSV(f *testing.F) {
+	c, err := NewRequestCSV([]byte("time,method,path,key,host"))
+	require.NoError(f, err)
+	for _, seed := range []string{`2026-01-01T00:00:01Z,GET,"/a,b",k,h`, `1,GET,/x,"k""",`, `,,,,`, `"`, `1,"a"b,c,d,e`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		var r Request
+		if c.Parse([]byte(line), &r) != nil {
+			return
+		}
+		assert.NotEmpty(t, r.Method)
+		assert.NotEmpty(t, r.Target)
+		assert.NotEmpty(t, r.Client)
+	})
+}
