@@ -21,6 +21,9 @@ Usage:
   lab cost [flags]       bytes per key and writes per decision, per algorithm
                          and store (memory, sqlite, redis)
   lab gen [flags]        write a generated trace as CSV (timestamp,key,cost)
+  lab whatif --config F --trace LOG
+                         replay an access log through a Tollgate
+                         configuration: who would be refused, where, when
   lab all --out DIR      the default traces, both commands, one report with
                          plots in DIR (what "make lab" runs)
 
@@ -65,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runGen(ctx, args[1:], stdout, stderr)
 	case "all":
 		err = runAll(ctx, args[1:], stdout, stderr)
+	case "whatif":
+		err = runWhatif(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "lab: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -9,13 +9,13 @@ package config
 
 import (
 	"errors"
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/gateway"
+	"github.com/tollgate/tollgate/pkg/limiter/policyfile"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
@@ -33,12 +33,12 @@ const (
 
 // The seed routes whose policies the configuration chooses.
 const (
-	RoutePing  = "ping"  // GET /ping and GET /status
-	RouteCheck = "check" // POST /rate/check, GET /rate/status, DELETE /rate/reset
+	RoutePing  = policyfile.RoutePing  // GET /ping and GET /status
+	RouteCheck = policyfile.RouteCheck // POST /rate/check, GET /rate/status, DELETE /rate/reset
 )
 
 // Routes lists the seed routes in a stable order.
-var Routes = []string{RoutePing, RouteCheck}
+var Routes = policyfile.Routes
 
 // AdminKeyEnv is the only way to set the admin key: never a flag (it would
 // show in the process list) and never in the YAML file.
@@ -298,30 +298,8 @@ func fieldError(field string, err error) error {
 	return &Error{Field: field, Reason: err.Error()}
 }
 
-// defaultPolicies reproduce docs/seeds.md: 3 per minute on /ping (fixed
-// window, seed 000) and 10 per minute on /rate/check (sliding log, seed 001); and
-// api, 10 per minute, for /v1/check, which may not charge the seed routes'
-// policies.
-func defaultPolicies() map[string]limiter.Policy {
-	return map[string]limiter.Policy{
-		"ping":  {Name: "ping", Algorithm: limiter.FixedWindow, Limit: 3, Window: time.Minute},
-		"check": {Name: "check", Algorithm: limiter.SlidingLog, Limit: 10, Window: time.Minute},
-		"api":   {Name: "api", Algorithm: limiter.FixedWindow, Limit: 10, Window: time.Minute},
-	}
-}
-
-func defaultRoutes() map[string][]string {
-	return map[string][]string{RoutePing: {"ping"}, RouteCheck: {"check"}}
-}
-
-// validatePolicyName checks what Policy.Validate leaves to the caller: a name
-// is printed in HTTP headers as a structured-field string, so it must be
-// printable ASCII.
-func validatePolicyName(name string) error {
-	for i := 0; i < len(name); i++ {
-		if name[i] < 0x20 || name[i] > 0x7e {
-			return fmt.Errorf("policy name %q must be printable ASCII", name)
-		}
-	}
-	return nil
-}
+// The policies and routes of a configuration that sets none: the seeds'.
+var (
+	defaultPolicies = policyfile.DefaultPolicies
+	defaultRoutes   = policyfile.DefaultRoutes
+)

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/policyfile"
 	"github.com/tollgate/tollgate/services/limiter/internal/canon"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
@@ -492,7 +493,7 @@ func FuzzLoadYAML(f *testing.F) {
 		}
 		for name, p := range c.Policies {
 			assert.NoError(t, p.Validate(), name)
-			assert.NoError(t, validatePolicyName(name))
+			assert.NoError(t, policyfile.ValidateName(name))
 		}
 		for _, r := range Routes {
 			require.NotEmpty(t, c.RoutePolicies[r])

@@ -6,12 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.yaml.in/yaml/v3"
 
-	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/yamlwalk"
+	"github.com/tollgate/tollgate/pkg/limiter/policyfile"
+	"github.com/tollgate/tollgate/pkg/limiter/yamlwalk"
 )
 
 // applyYAML applies the YAML file's settings, policies and routes over c.
@@ -59,18 +58,8 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source, overridden fu
 		from[s.name] = fromYAML
 		return nil
 	}
-	var routes, gw *yaml.Node
-	err := yamlwalk.Mapping(root, "", func(path string, k, v *yaml.Node) error {
-		switch k.Value {
-		case "policies":
-			return c.yamlPolicies(v)
-		case "routes":
-			routes = v
-			return nil
-		case "gateway":
-			gw = v
-			return nil
-		}
+	limits := &policyfile.Set{Policies: c.Policies, RoutePolicies: c.RoutePolicies, Gateway: c.Gateway}
+	err := limits.Walk(root, c.setPolicyServiceField, func(path string, k, v *yaml.Node) error {
 		if slices.Contains(yamlGroups, strings.ReplaceAll(k.Value, "_", "-")) {
 			return yamlwalk.Mapping(v, path, set)
 		}
@@ -79,18 +68,8 @@ func (c *Config) yamlRoot(root *yaml.Node, from map[string]source, overridden fu
 		}
 		return set(path, k, v)
 	})
-	if err != nil {
-		return err
-	}
-	if routes != nil {
-		if err := c.yamlRoutes(routes); err != nil {
-			return err
-		}
-	}
-	if gw != nil {
-		return c.yamlGateway(gw)
-	}
-	return nil
+	c.Gateway = limits.Gateway
+	return err
 }
 
 // listSettings are the settings whose YAML value may also be a list.
@@ -113,82 +92,20 @@ func settingText(key, path string, v *yaml.Node) (string, error) {
 	return strings.Join(items, ","), nil
 }
 
-// yamlPolicies applies the policies mapping. A policy named like an existing
-// one (a default) starts from it, so `ping: {limit: 5}` changes only the
-// limit; a new policy must name its algorithm, limit and window.
-func (c *Config) yamlPolicies(m *yaml.Node) error {
-	return yamlwalk.Mapping(m, "policies", func(path string, k, v *yaml.Node) error {
-		name := k.Value
-		if err := validatePolicyName(name); err != nil {
-			return fieldError("policies", err)
-		}
-		p, ok := c.Policies[name]
-		if !ok {
-			p = limiter.Policy{Name: name}
-		}
-		err := yamlwalk.Mapping(v, path, func(fpath string, fk, fv *yaml.Node) error {
-			text, err := yamlwalk.Scalar(fpath, fv)
-			if err != nil {
-				return err
-			}
-			switch field := fk.Value; field { // service-side, not limiter.Policy fields
-			case "on_store_error":
-				err = c.setStoreErrorMode(name, text)
-			case "decision_api":
-				err = c.setDecisionAPI(name, text)
-			case "memory_max_keys":
-				err = c.setMemoryMaxKeys(name, text)
-			case "near_cache":
-				err = c.setNearCache(name, text)
-			default:
-				err = setPolicyField(&p, field, text)
-			}
-			if err != nil {
-				return fieldError(fpath, err)
-			}
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if err := p.Validate(); err != nil {
-			var pe *limiter.PolicyError
-			if errors.As(err, &pe) && pe.Field != "name" {
-				return &Error{Field: path + "." + pe.Field, Reason: pe.Reason}
-			}
-			return fieldError(path, err)
-		}
-		c.Policies[name] = p
-		return nil
-	})
-}
-
-func setPolicyField(p *limiter.Policy, field, text string) error {
+// setPolicyServiceField reads a policy's service-side key (one of
+// policyfile.ServiceFields).
+func (c *Config) setPolicyServiceField(name, field, text string) error {
 	switch field {
-	case "algorithm":
-		p.Algorithm = limiter.Algorithm(text) // Validate names the allowed ones
-	case "limit":
-		n, err := strconv.ParseInt(text, 10, 64)
-		if err != nil {
-			return fmt.Errorf("%q is not an integer", text)
-		}
-		p.Limit = n
-	case "window":
-		d, err := time.ParseDuration(text)
-		if err != nil {
-			return fmt.Errorf("%q is not a duration such as 60s, 90s or 24h", text)
-		}
-		p.Window = d
-	case "shadow":
-		b, err := strconv.ParseBool(text)
-		if err != nil {
-			return fmt.Errorf("%q is not true or false", text)
-		}
-		p.Shadow = b
-	default:
-		return errors.New("unknown key (want algorithm, limit, window, shadow, on_store_error, decision_api, memory_max_keys, near_cache)")
+	case "on_store_error":
+		return c.setStoreErrorMode(name, text)
+	case "decision_api":
+		return c.setDecisionAPI(name, text)
+	case "memory_max_keys":
+		return c.setMemoryMaxKeys(name, text)
+	case "near_cache":
+		return c.setNearCache(name, text)
 	}
-	return nil
+	return fmt.Errorf("%s is not a service setting of a policy", field)
 }
 
 // setDecisionAPI records whether /v1/check may charge policy name even when
@@ -216,34 +133,4 @@ func (c *Config) setMemoryMaxKeys(name, text string) error {
 	}
 	c.MemoryPolicyMaxKeys[name] = n
 	return nil
-}
-
-// yamlRoutes applies the routes mapping; it runs after every policy is known.
-func (c *Config) yamlRoutes(m *yaml.Node) error {
-	return yamlwalk.Mapping(m, "routes", func(path string, k, v *yaml.Node) error {
-		route := k.Value
-		if !slices.Contains(Routes, route) {
-			return &Error{Field: path, Reason: fmt.Sprintf("unknown route (want one of %s)", strings.Join(Routes, ", "))}
-		}
-		if v.Kind != yaml.SequenceNode || len(v.Content) == 0 {
-			return &Error{Field: path, Reason: fmt.Sprintf("must be a non-empty list of policy names (line %d)", v.Line)}
-		}
-		names := make([]string, 0, len(v.Content))
-		for i, item := range v.Content {
-			ipath := yamlwalk.Index(path, i)
-			name, err := yamlwalk.Scalar(ipath, item)
-			if err != nil {
-				return err
-			}
-			if _, ok := c.Policies[name]; !ok {
-				return &Error{Field: ipath, Reason: fmt.Sprintf("unknown policy %q", name)}
-			}
-			if slices.Contains(names, name) {
-				return &Error{Field: ipath, Reason: fmt.Sprintf("policy %q is listed twice", name)}
-			}
-			names = append(names, name)
-		}
-		c.RoutePolicies[route] = names
-		return nil
-	})
 }
