@@ -17,7 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/yamlwalk"
+	"github.com/tollgate/tollgate/pkg/limiter/yamlwalk"
 )
 
 // LoadDir reads every *.yaml and *.yml file directly in dir (not in
