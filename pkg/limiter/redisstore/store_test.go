@@ -136,6 +136,26 @@ func TestTTLs(t *testing.T) {
 				assert.Positive(t, ttl, key)
 				assert.LessOrEqual(t, ttl, bound, key)
 			}
+			if bound == p.Window {
+				return
+			}
+			// The expiry is set by a window's first units only: shorten it
+			// as if most of it had passed; another attempt in the same window
+			// leaves it, the next window's first one sets two windows again,
+			// for its own field (the client's clock moves the window here).
+			ct := openStore(t, srv, prefix+"-client", WithClientTime())
+			k := limiter.Key{Subject: "c", Scope: "s"}
+			allow(t, ct, p, k, 1, base)
+			key := keysOf(t, rdb, prefix+"-client")[0]
+			require.NoError(t, rdb.PExpire(t.Context(), key, time.Second).Err())
+			allow(t, ct, p, k, 1, base.Add(time.Second))
+			ttl, err := rdb.PTTL(t.Context(), key).Result()
+			require.NoError(t, err)
+			assert.LessOrEqual(t, ttl, time.Second, "a window's later units leave the expiry")
+			allow(t, ct, p, k, 1, base.Add(p.Window))
+			ttl, err = rdb.PTTL(t.Context(), key).Result()
+			require.NoError(t, err)
+			assert.Greater(t, ttl, p.Window, "the next window's first units renew the expiry")
 		})
 	}
 }

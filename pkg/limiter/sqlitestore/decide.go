@@ -42,9 +42,12 @@ func (q *stmts) decide(ctx context.Context, p limiter.Policy, r limiter.Request)
 	return d, nil
 }
 
-// fixedWindow is seed 000's upsert (docs/seeds.md), returning the count after it in the same
-// statement (a peek reads the count): every attempt is counted, refused ones
-// too.
+// fixedWindow is seed 000's upsert (docs/seeds.md), then a read of the
+// count after it, in the writer's transaction (a peek only reads it): every
+// attempt is counted, refused ones too. The upsert does not return the count
+// (RETURNING): SQLite gathers a RETURNING statement's rows in a temporary
+// table first, which costs more than the second lookup of a row whose page
+// the upsert has just read (docs/benchmarks.md, BenchmarkAllowManyKeys).
 func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Request) (limiter.Decision, error) {
 	start := windowStartText(limiter.WindowStart(r.Now, p.Window))
 	k := r.Key
@@ -53,8 +56,9 @@ func (q *stmts) fixedWindow(ctx context.Context, p limiter.Policy, r limiter.Req
 		err   error
 	)
 	if r.Cost > 0 {
-		err = q.windowInc.QueryRowContext(ctx, p.Name, k.Subject, k.Scope, start, r.Cost).Scan(&count)
-	} else {
+		_, err = q.windowAdd.ExecContext(ctx, p.Name, k.Subject, k.Scope, start, r.Cost)
+	}
+	if err == nil {
 		err = q.windowCount.QueryRowContext(ctx, p.Name, k.Subject, k.Scope, start).Scan(&count)
 	}
 	if err != nil && !errors.Is(err, sql.ErrNoRows) {

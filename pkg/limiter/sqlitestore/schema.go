@@ -56,7 +56,6 @@ CREATE TABLE IF NOT EXISTS store_health (
 type stmts struct {
 	// rate_limit_windows (fixed_window, sliding_window)
 	windowAdd   *sql.Stmt // (policy, key, endpoint, window_start, cost)
-	windowInc   *sql.Stmt // (policy, key, endpoint, window_start, cost) -> count after
 	windowCount *sql.Stmt // (policy, key, endpoint, window_start) -> count
 	windowPair  *sql.Stmt // (policy, key, endpoint, prev_start, cur_start) -> prev, cur
 	// rate_events (sliding_log, sliding_log_unsafe)
@@ -90,8 +89,6 @@ func (q *stmts) defs() []struct {
 	}{
 		{&q.windowAdd, `INSERT INTO rate_limit_windows (policy, key, endpoint, window_start, count) VALUES (?, ?, ?, ?, ?)
 			ON CONFLICT(policy, key, endpoint, window_start) DO UPDATE SET count = count + excluded.count`},
-		{&q.windowInc, `INSERT INTO rate_limit_windows (policy, key, endpoint, window_start, count) VALUES (?, ?, ?, ?, ?)
-			ON CONFLICT(policy, key, endpoint, window_start) DO UPDATE SET count = count + excluded.count RETURNING count`},
 		{&q.windowCount, `SELECT count FROM rate_limit_windows WHERE policy = ? AND key = ? AND endpoint = ? AND window_start = ?`},
 		{&q.windowPair, `SELECT
 				COALESCE(SUM(CASE WHEN window_start = ?4 THEN count END), 0),

@@ -7,8 +7,15 @@ local function trim(key, oldest)
     end
   end
 end
+-- add counts cost in field and returns the count before it. Only a field's
+-- first units can grow the hash or need a later expiry: the expiry set then,
+-- 2 windows from a moment in the field's window, outlives its use as the
+-- previous window of the next one.
 local function add(key, field)
-  redis.call('HINCRBY', key, field, cost)
-  trim(key, start - 2 * window_s)
-  redis.call('PEXPIRE', key, window_s * 2000)
+  local before = redis.call('HINCRBY', key, field, cost) - cost
+  if before == 0 then
+    trim(key, start - 2 * window_s)
+    redis.call('PEXPIRE', key, window_s * 2000)
+  end
+  return before
 end
