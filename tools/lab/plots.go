@@ -163,12 +163,13 @@ func (s *series) trailing(counts []int64) plotter.XYs {
 }
 
 // disagreement returns the spans, in the x of trailing, where some
-// algorithm's line leaves the exact log's, in order.
-func (s *series) disagreement() [][2]float64 {
+// algorithm's line leaves the truth's, in order; sliding_log counts only
+// when it is not the truth itself.
+func (s *series) disagreement(withLog bool) [][2]float64 {
 	exact := s.trailing(s.exact)
 	differs := make([]bool, len(exact))
 	for a, alg := range labAlgorithms {
-		if alg == limiter.SlidingLog {
+		if alg == limiter.SlidingLog && !withLog {
 			continue
 		}
 		for i, xy := range s.trailing(s.algs[a]) {
@@ -201,11 +202,19 @@ func (r *accuracyReport) plotWorst(path string) error {
 		attempts += n
 	}
 	limit := float64(r.Policy.Limit)
+	// Under the attempts truth the black line is what that truth admits
+	// (while the attempts in the window stay within the limit), and
+	// sliding_log is judged like the others.
+	attemptsTruth := r.Truth == truthAttempts
+	truthName := "exact sliding log (= sliding_log)"
+	if attemptsTruth {
+		truthName = "the truth: admitted while attempts in the window ≤ limit"
+	}
 	var peaks []string
 	top, peakX, peakAlg := limit, 0.0, ""
 	for a, alg := range labAlgorithms {
-		if alg == limiter.SlidingLog {
-			continue
+		if alg == limiter.SlidingLog && !attemptsTruth {
+			continue // on the exact line by construction
 		}
 		peak := 0.0
 		for _, xy := range s.trailing(s.algs[a]) {
@@ -223,7 +232,7 @@ func (r *accuracyReport) plotWorst(path string) error {
 	// half past it or past the highest peak, whichever is later.
 	xs := s.trailing(s.exact)
 	zoom := [2]float64{xs[0].X, xs[len(xs)-1].X}
-	if spans := s.disagreement(); len(spans) > 0 {
+	if spans := s.disagreement(attemptsTruth); len(spans) > 0 {
 		for i, sp := range spans {
 			shade, err := plotter.NewPolygon(plotter.XYs{{X: sp[0], Y: 0}, {X: sp[1], Y: 0}, {X: sp[1], Y: 1.5 * top}, {X: sp[0], Y: 1.5 * top}})
 			if err != nil {
@@ -241,7 +250,7 @@ func (r *accuracyReport) plotWorst(path string) error {
 	if peakAlg != "" {
 		finding = fmt.Sprintf("%s let %.2f× the limit through in one window", peakAlg, top/limit)
 	}
-	p.Title.Text = fmt.Sprintf("%s trace, source %s: %s\nmost admitted in one window ÷ limit: %s (exact log: 1× at most)\n%s requests in this series, %s false decisions in all (shaded: where the lines part)",
+	p.Title.Text = fmt.Sprintf("%s trace, source %s: %s\nmost admitted in one window ÷ limit: %s (the truth: 1× at most)\n%s requests in this series, %s false decisions in all (shaded: where the lines part)",
 		r.Trace.Kind, r.WorstSource, finding, strings.Join(peaks, ", "), thousands(attempts), thousands(r.WorstFalses))
 	p.X.Label.Text = "seconds since " + time.Unix(0, s.origin).UTC().Format(time.RFC3339)
 	p.Y.Label.Text = fmt.Sprintf("units admitted in the last %gs (limit %d)", window, r.Policy.Limit)
@@ -251,9 +260,9 @@ func (r *accuracyReport) plotWorst(path string) error {
 	}
 	exact.Color, exact.Width = color.Black, vg.Points(3)
 	p.Add(exact)
-	p.Legend.Add("exact sliding log (= sliding_log)", exact)
+	p.Legend.Add(truthName, exact)
 	for a, alg := range labAlgorithms {
-		if alg == limiter.SlidingLog {
+		if alg == limiter.SlidingLog && !attemptsTruth {
 			continue // on the exact line by construction
 		}
 		l, err := plotter.NewLine(s.trailing(s.algs[a]))
