@@ -66,8 +66,8 @@ demo: build ## run loadgen's scenarios against a fresh demo service (memory stor
 	scripts/demo.sh $(BIN) $(OUT)
 
 .PHONY: lab
-lab: build ## the algorithm lab: accuracy on the default traces, each store's cost; report and plots in OUT (default lab-out)
-	$(BIN)/lab all --out $(if $(filter command line,$(origin OUT)),$(OUT),lab-out)
+lab: build ## the algorithm lab: accuracy on the default traces, each store's cost; regenerates docs/lab (report, plots), or OUT=DIR
+	$(BIN)/lab all --out $(if $(filter command line,$(origin OUT)),$(OUT),docs/lab)
 
 FUZZTIME ?= 20s
 .PHONY: fuzz

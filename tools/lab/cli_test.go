@@ -115,6 +115,10 @@ func TestAllWritesTheReport(t *testing.T) {
 	assert.Equal(t, truthAttempts, doc.Accuracy[3].Truth, "the population once more, under the attempts truth")
 	assert.Equal(t, kindPopulation, doc.Accuracy[3].Trace.Kind)
 	assert.Contains(t, stdout, "## Accuracy: population trace, every attempt counted")
+	assert.Contains(t, stdout, "| Cloudflare, published (about 400M requests, 270k sources) | 0.003% |")
+	bad, err := checkBothTruthsTable(report, raw)
+	require.NoError(t, err)
+	assert.Empty(t, bad, "report.md's table under both truths is report.json's")
 	assert.Len(t, doc.Cost.Rows, 8)
 	for _, r := range doc.Accuracy {
 		for _, p := range r.Plots {

@@ -158,3 +158,98 @@ func TestDocsTableMatchesTheRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{`no row "rate error, population" in the table`}, bad)
 }
+
+// checkBothTruthsTable returns each figure of md's population table under
+// both truths (the one beside Cloudflare's figures, whose header names
+// "wrongly allowed or limited") that differs from report.json, at the
+// precision it is written with, and a complaint when md has no such table.
+func checkBothTruthsTable(md, report []byte) ([]string, error) {
+	var r allReport
+	if err := json.Unmarshal(report, &r); err != nil {
+		return nil, err
+	}
+	att, ok := r.population(truthAttempts)
+	adm, ok2 := r.population(truthAdmitted)
+	if !ok || !ok2 {
+		return []string{"report.json holds no population run under each truth"}, nil
+	}
+	want := map[string][]float64{}
+	for i, x := range att.Algorithms {
+		w := []float64{100 * x.ErrorShare, float64(x.Attempts.OverNeverRefused)}
+		if x.Attempts.OverNeverRefused > 0 {
+			w = append(w, x.Attempts.OverNeverRefusedPeak)
+		}
+		want[x.Algorithm] = append(w, float64(x.Attempts.RefusedNeverOver), 100*x.Attempts.RateDifference, 100*adm.Algorithms[i].ErrorShare)
+	}
+	var bad []string
+	seen := map[string]bool{}
+	inTable := false
+	for line := range strings.SplitSeq(string(md), "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			inTable = false
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		if strings.Contains(line, "wrongly allowed or limited") {
+			inTable = true
+			continue
+		}
+		m := tableAlg.FindStringSubmatch(cells[0])
+		if !inTable || m == nil || want[m[1]] == nil {
+			continue
+		}
+		alg := m[1]
+		seen[alg] = true
+		nums := tableNumber.FindAllString(strings.Join(cells[1:], "|"), -1)
+		if len(nums) != len(want[alg]) {
+			bad = append(bad, fmt.Sprintf("%s: %q holds %d figures, want %d", alg, line, len(nums), len(want[alg])))
+			continue
+		}
+		for j, n := range nums {
+			decimals := 0
+			if _, frac, ok := strings.Cut(n, "."); ok {
+				decimals = len(frac)
+			}
+			got, _ := strconv.ParseFloat(strings.ReplaceAll(n, ",", ""), 64)
+			scale := math.Pow(10, float64(decimals))
+			if math.Round(want[alg][j]*scale) != math.Round(got*scale) {
+				bad = append(bad, fmt.Sprintf("%s, figure %d: the docs say %s, report.json %.*f", alg, j+1, n, decimals, want[alg][j]))
+			}
+		}
+	}
+	for _, x := range att.Algorithms {
+		if !seen[x.Algorithm] {
+			bad = append(bad, fmt.Sprintf("no row for %s in the table under both truths", x.Algorithm))
+		}
+	}
+	return bad, nil
+}
+
+// TestBothTruthsTableMatchesTheRun: the population table under both truths
+// that README and docs/algorithms.md print is the committed run's.
+func TestBothTruthsTableMatchesTheRun(t *testing.T) {
+	report, err := os.ReadFile(labReportDoc)
+	require.NoError(t, err)
+	for _, doc := range []string{labTableDoc, "../../README.md"} {
+		md, err := os.ReadFile(doc)
+		require.NoError(t, err)
+		bad, err := checkBothTruthsTable(md, report)
+		require.NoError(t, err)
+		assert.Empty(t, bad, doc)
+	}
+
+	// The check can fail: one figure changed, one row gone.
+	md, err := os.ReadFile(labTableDoc)
+	require.NoError(t, err)
+	row := regexp.MustCompile("(?m)^\\| `sliding_window` \\| [0-9.]+%").FindString(string(md))
+	require.NotEmpty(t, row, "the table has a sliding_window row")
+	doctored := strings.Replace(string(md), row, "| `sliding_window` | 99.9999%", 1)
+	bad, err := checkBothTruthsTable([]byte(doctored), report)
+	require.NoError(t, err)
+	require.Len(t, bad, 1)
+	assert.Contains(t, bad[0], "sliding_window, figure 1: the docs say 99.9999")
+	bad, err = checkBothTruthsTable([]byte(strings.Replace(string(md), row, "| `sliding_widow` | 1%", 1)), report)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"no row for sliding_window in the table under both truths"}, bad)
+}

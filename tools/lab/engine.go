@@ -66,7 +66,17 @@ func (d *directEngine) decide(a int, k int, _ uint32, at, cost int64) (bool, int
 		return dec.Allowed, dec.Count, nil
 	case limiter.SlidingLog:
 		s.log.expire(at - int64(p.Window))
-		dec := limiter.SlidingLogDecide(p, s.log.live(), cost, now)
+		// Allowed and Count depend only on the units the live events hold,
+		// so the library decides on one event carrying their sum, newest
+		// first: O(1) rather than a pass over up to limit events (the
+		// RetryAfter that would need each event is not used here).
+		// TestEnginesAgree holds it to the memory store's decisions.
+		var sum [1]limiter.Event
+		live := s.log.live()
+		if len(live) > 0 {
+			sum[0] = limiter.Event{At: live[len(live)-1].At, Cost: s.log.sum}
+		}
+		dec := limiter.SlidingLogDecide(p, sum[:min(1, len(live))], cost, now)
 		if dec.Allowed {
 			s.log.push(at, cost)
 		}

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
 // sliceSource replays a trace written out in a test.
@@ -137,4 +139,30 @@ func TestWindowExpiresAtTheBoundary(t *testing.T) {
 	w.expire(99)
 	assert.Equal(t, int64(0), w.sum)
 	assert.Empty(t, w.live())
+}
+
+// TestSlidingLogSumAgreesOnCosts: the direct engine decides the sliding
+// log on the sum of the live units; on a trace of costs 1 to 3, bunched so
+// that the log fills, expires and refuses, it decides as the memory store
+// does, request by request.
+func TestSlidingLogSumAgreesOnCosts(t *testing.T) {
+	ps, err := policies(5, 10*time.Second)
+	require.NoError(t, err)
+	direct, memory := &directEngine{ps: ps}, newMemoryEngine(ps)
+	defer memory.close()
+	a := int(slices.Index(labAlgorithms[:], limiter.SlidingLog))
+	refused := 0
+	for i := range 400 {
+		e := event{at: at(float64(i) * 0.37), key: uint32(i % 3), cost: uint32(1 + i*7%3)}
+		ok1, n1, err := direct.decide(a, int(e.key), e.key, e.at, int64(e.cost))
+		require.NoError(t, err)
+		ok2, n2, err := memory.decide(a, int(e.key), e.key, e.at, int64(e.cost))
+		require.NoError(t, err)
+		require.Equal(t, ok2, ok1, "request %d", i)
+		require.Equal(t, n2, n1, "request %d's count", i)
+		if !ok1 {
+			refused++
+		}
+	}
+	assert.Positive(t, refused, "the log filled")
 }
