@@ -29,7 +29,16 @@
 #      (tools/loadgen/configs/envoy-bench); and `loadgen bench --generator
 #      grpc`: Envoy's gRPC ShouldRateLimit, BENCH_CONNECTIONS callers over
 #      BENCH_GRPC_CONNS (default 4) connections, on the peer, Tollgate on
-#      the same Redis, and Tollgate on the memory store (the peer has none).
+#      the same Redis, and Tollgate on the memory store (the peer has none);
+#   4. with PEER_GUBERNATOR_BIN set to a gubernator binary (built from its
+#      source, `go build ./cmd/gubernator`; nothing of it is in this
+#      repository): one gubernator node in memory (member-list discovery of
+#      itself, its cache raised to twice BENCH_KEYS, its tracing off: by
+#      default it traces every request to an OTLP collector on localhost),
+#      and vegeta and wrk on Tollgate's memory store (POST /v1/check)
+#      against the node's POST /v1/GetRateLimits (loadgen's gubernator
+#      route: one request of the bench policy per call) over the same keys,
+#      goal 3× the peer's rate.
 #
 # Each closed-loop table gives the median req/s over BENCH_ROUNDS rounds
 # (default 3) of BENCH_DURATION (default 5s) with BENCH_CONNECTIONS
@@ -76,15 +85,22 @@ ensure_wrk() {
 	command -v wrk >/dev/null
 }
 
-# peer_healthy PORT: envoyproxy/ratelimit's GET /healthcheck answers 200.
-peer_healthy() {
+# answers_200 PATH PORT: GET PATH on 127.0.0.1:PORT answers 200.
+answers_200() {
 	(
-		exec 3<>"/dev/tcp/127.0.0.1/$1" || exit 1
-		printf 'GET /healthcheck HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$1" >&3
+		exec 3<>"/dev/tcp/127.0.0.1/$2" || exit 1
+		printf 'GET %s HTTP/1.0\r\nHost: 127.0.0.1:%s\r\n\r\n' "$1" "$2" >&3
 		IFS= read -r -t 2 line <&3 || exit 1
 		[[ $line == HTTP/1.?\ 200* ]]
 	) 2>/dev/null
 }
+
+# peer_healthy PORT: envoyproxy/ratelimit's GET /healthcheck answers 200.
+peer_healthy() { answers_200 /healthcheck "$1"; }
+
+# guber_healthy PORT: gubernator's GET /v1/HealthCheck answers 200 (it
+# does once the node has found itself in its member list).
+guber_healthy() { answers_200 /v1/HealthCheck "$1"; }
 
 echo "## Machine"
 echo
@@ -161,6 +177,21 @@ fi
 if [ -z "${PEER_RATELIMIT_BIN:-}" ]; then
 	echo "$me: PEER_RATELIMIT_BIN is not set: no comparison with envoyproxy/ratelimit" >&2
 fi
+guber_targets=()
+if [ -n "${PEER_GUBERNATOR_BIN:-}" ]; then
+	guber_grpc=$(free_port)
+	guber_gossip=$(free_port)
+	start guber guber_healthy env GUBER_HTTP_ADDRESS="127.0.0.1:{port}" GUBER_GRPC_ADDRESS="127.0.0.1:$guber_grpc" \
+		GUBER_MEMBERLIST_ADDRESS="127.0.0.1:$guber_gossip" GUBER_MEMBERLIST_BIND_ADDRESS="127.0.0.1:$guber_gossip" \
+		GUBER_MEMBERLIST_KNOWN_NODES="127.0.0.1:$guber_gossip" GUBER_CACHE_SIZE=$((2 * keys)) GUBER_LOG_LEVEL=warn \
+		OTEL_TRACES_EXPORTER=none OTEL_TRACES_SAMPLER=always_off "$PEER_GUBERNATOR_BIN"
+	guber_targets=(
+		--target "gubernator=http://127.0.0.1:$port_guber@$pid_guber" --target-route gubernator=gubernator
+		--target "memory=http://127.0.0.1:$port_memory@$pid_memory"
+	)
+else
+	echo "$me: PEER_GUBERNATOR_BIN is not set: no comparison with gubernator" >&2
+fi
 
 status=0
 # bench TITLE [loadgen bench flags...]: one `loadgen bench` under a heading.
@@ -173,6 +204,10 @@ bench() {
 
 bench "HTTP, vegeta: the service on each store against a bare Gin handler" \
 	"${targets[@]}" --generator vegeta --route check --fixed-rate "${BENCH_RATE:-5000}" --p99-goal 1.5 "$@"
+if [ ${#guber_targets[@]} -gt 0 ]; then
+	bench "HTTP, vegeta: the memory store's POST /v1/check against gubernator's POST /v1/GetRateLimits" \
+		"${guber_targets[@]}" --baseline gubernator --generator vegeta --route check --fixed-rate 0 --goal memory=3 "$@"
+fi
 if [ "${BENCH_WRK:-1}" = 0 ]; then
 	echo "$me: BENCH_WRK=0: the wrk runs are skipped" >&2
 elif ! ensure_wrk; then
@@ -186,13 +221,17 @@ else
 		bench "HTTP, wrk: POST /json on Redis, Tollgate against envoyproxy/ratelimit" \
 			"${json_targets[@]}" --baseline peer --generator wrk --route json --fixed-rate 0 --goal tollgate=2.5 "$@"
 	fi
+	if [ ${#guber_targets[@]} -gt 0 ]; then
+		bench "HTTP, wrk: the memory store's POST /v1/check against gubernator's POST /v1/GetRateLimits" \
+			"${guber_targets[@]}" --baseline gubernator --generator wrk --route check --fixed-rate 0 --goal memory=3 "$@"
+	fi
 fi
 if [ ${#grpc_targets[@]} -gt 0 ]; then
 	bench "gRPC ShouldRateLimit: Tollgate on Redis and on memory against envoyproxy/ratelimit on the same Redis" \
 		"${grpc_targets[@]}" --baseline peer --generator grpc --route grpc --grpc-conns "${BENCH_GRPC_CONNS:-4}" \
 		--fixed-rate 0 --goal tollgate=2 "$@"
 fi
-for name in baseline fields memory sqlite redisd redis tollgate tollmem peer; do
+for name in baseline fields memory sqlite redisd redis tollgate tollmem peer guber; do
 	pidvar="pid_$name"
 	if [ -n "${!pidvar:-}" ] && ! kill -0 "${!pidvar}" 2>/dev/null; then
 		echo "$me: $name died during the run; its log:" >&2

@@ -134,6 +134,34 @@ func (g *benchGoals) Set(s string) error {
 	return nil
 }
 
+// benchTargetRoutes is the repeatable --target-route flag of bench: the
+// route a target gets instead of --route's, by target name, for a peer
+// whose API has another shape (gubernator's GetRateLimits against
+// Tollgate's /v1/check), driven with the same keys and connections.
+type benchTargetRoutes map[string]string
+
+func (m benchTargetRoutes) String() string {
+	var parts []string
+	for name, route := range m {
+		parts = append(parts, name+"="+route)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// Set implements flag.Value: NAME=ROUTE, ROUTE an HTTP route.
+func (m *benchTargetRoutes) Set(s string) error {
+	name, route, ok := strings.Cut(s, "=")
+	if _, known := lookupRoute(route); !ok || name == "" || !known || route == grpcRoute.Name {
+		return fmt.Errorf("loadgen: --target-route %q: want NAME=ROUTE, ROUTE one of %s but grpc", s, routeNames())
+	}
+	if *m == nil {
+		*m = benchTargetRoutes{}
+	}
+	(*m)[name] = route
+	return nil
+}
+
 // validRoute says whether name is one of benchRoutes.
 func validRoute(name string) bool {
 	_, ok := lookupRoute(name)
@@ -165,6 +193,18 @@ type benchOptions struct {
 	grpcConns int
 	goals     benchGoals
 	p99Goal   float64
+	// targetRoutes override route for the targets they name.
+	targetRoutes benchTargetRoutes
+}
+
+// routeOf returns the route target name is driven with.
+func (o *benchOptions) routeOf(name string) benchRoute {
+	r, ok := o.targetRoutes[name]
+	if !ok {
+		r = o.route
+	}
+	route, _ := lookupRoute(r)
+	return route
 }
 
 // validate checks the bench flags.
@@ -194,10 +234,16 @@ func (o *benchOptions) validate() error {
 		{"fixed-rate", o.generator != "grpc" || o.fixedRate == 0, "0 with --generator grpc (the fixed-rate run is vegeta's, over HTTP)"},
 		{"grpc-conns", o.generator != "grpc" || o.grpcConns >= 1 && o.grpcConns <= o.connections, "in 1..--connections"},
 		{"p99-goal", o.p99Goal >= 0, "zero (none) or positive"},
+		{"target-route", o.generator != "grpc" || len(o.targetRoutes) == 0, "not given with --generator grpc"},
 	}
 	for _, c := range checks {
 		if !c.ok {
 			return fmt.Errorf("loadgen: --%s must be %s", c.flag, c.want)
+		}
+	}
+	for name := range o.targetRoutes {
+		if !slices.ContainsFunc(o.targets, func(t benchTarget) bool { return t.Name == name }) {
+			return fmt.Errorf("loadgen: --target-route %s: no --target is called %s", name, name)
 		}
 	}
 	return nil
@@ -255,11 +301,12 @@ type benchResult struct {
 // always follows the same one), then one fixed-rate run per target.
 func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResult, error) {
 	res := benchResult{opts: o, rows: make([]benchRow, len(o.targets))}
-	route, _ := lookupRoute(o.route)
+	routes := make([]benchRoute, len(o.targets))
 	clients := make([]*http.Client, len(o.targets))
 	prefix := fmt.Sprintf("bench%08x", rand.Uint32())
 	for i, t := range o.targets {
 		res.rows[i].Target = t
+		routes[i] = o.routeOf(t.Name)
 		clients[i] = newClient(max(o.connections, fixedMaxWorkers), o.timeout)
 		// Ready means answering the route with 200 (the peer has no /healthz).
 		if err := poll(ctx, t.URL, o.wait, func() error {
@@ -270,13 +317,13 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 				}
 				return err
 			}
-			return route.probe(ctx, clients[i], t.URL, o.policy, prefix+"-probe")
+			return routes[i].probe(ctx, clients[i], t.URL, o.policy, prefix+"-probe")
 		}); err != nil {
 			return res, fmt.Errorf("%w: target %s: %w", errNotReady, t.Name, err)
 		}
 	}
 	closed := func(i int, phase string, du time.Duration) (benchRun, error) {
-		t := o.targets[i]
+		t, route := o.targets[i], routes[i]
 		run := prefix + "-" + t.Name + "-" + phase
 		if o.generator == "grpc" {
 			return measure(t, func() (benchRun, error) {
@@ -313,7 +360,7 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 				return res, err
 			}
 			res.rows[i].Runs = append(res.rows[i].Runs, r)
-			fmt.Fprintf(stderr, "bench: %s %s round %d/%d %-10s %8.0f req/s  p99 %s  cpu/req %s\n", o.generator, route.Path,
+			fmt.Fprintf(stderr, "bench: %s %s round %d/%d %-10s %8.0f req/s  p99 %s  cpu/req %s\n", o.generator, routes[i].Path,
 				round+1, o.rounds, o.targets[i].Name, r.Rate(), ms(r.Lat.P99), micros(r.CPUPerRequest()))
 		}
 	}
@@ -328,7 +375,7 @@ func runBench(ctx context.Context, o benchOptions, stderr io.Writer) (benchResul
 		for i, t := range o.targets {
 			r, err := measureAttack(ctx, t, clients[i], attackSpec{
 				Name:     "bench-fixed-" + t.Name,
-				Targeter: route.targeter(t.URL, o.policy, prefix+"-"+t.Name+"-fixed", o.keys),
+				Targeter: routes[i].targeter(t.URL, o.policy, prefix+"-"+t.Name+"-fixed", o.keys),
 				Pacer:    vegeta.ConstantPacer{Freq: o.fixedRate, Per: time.Second},
 				Duration: o.fixedFor,
 				Workers:  uint64(o.connections),
@@ -486,6 +533,11 @@ func (b benchResult) markdown(w io.Writer) {
 	base := b.baselineIndex()
 	fmt.Fprintf(w, "### Closed loop (%s): %s %s, %d connections, %d rounds × %s per target, policy %q over %d keys\n\n",
 		o.generator, route.Method, route.Path, o.connections, o.rounds, o.duration, o.policy, o.keys)
+	for _, t := range o.targets {
+		if tr := o.routeOf(t.Name); tr.Name != route.Name {
+			fmt.Fprintf(w, "Target %s is sent %s %s instead, with the same keys.\n\n", t.Name, tr.Method, tr.Path)
+		}
+	}
 	fmt.Fprintf(w, "Medians over the rounds. The ratio is the median of the per-round ratios of the target's rate to the "+
 		"baseline's (%q) rate in the same round. Server CPU is the user+system time of the target's first process "+
 		"(/proc/PID/stat) per request, then over the baseline's; backend CPU is its other processes' (say, redis-server).\n\n", o.baseline)

@@ -33,6 +33,10 @@ type benchRoute struct {
 	// Body is the request body with {policy}, {prefix} and {key} replaced;
 	// "" for none.
 	Body string
+	// ProbeWant, when set, is text the probe's answer must hold besides the
+	// 200: a peer that answers 200 with the error inside the body (say,
+	// gubernator on a malformed request) has not made a decision.
+	ProbeWant string
 }
 
 // benchRoutes are the routes bench can drive.
@@ -43,6 +47,19 @@ var benchRoutes = []benchRoute{
 		Body: `{"endpoint":"/{prefix}"}`},
 	{Name: "json", Method: http.MethodPost, Path: "/json",
 		Body: `{"domain":"{policy}","descriptors":[{"entries":[{"key":"` + envoyDescriptorKey + `","value":"{key}"}]}]}`},
+	// gubernator's HTTP gateway (gubernator.proto's GetRateLimitsReq, field
+	// names as in the proto): one request per call, the policy as its name,
+	// the key as its unique_key. gubernator takes the limit with every
+	// request, so the body carries configs/bench.yaml's bench policy: a limit
+	// no run reaches, a 1 s window (duration is in milliseconds), and the
+	// default algorithm, TOKEN_BUCKET, which refills at once when the
+	// duration ends, as a fixed window does. A missing name or key is an
+	// "error" inside a 200 answer (its status still UNDER_LIMIT, the enum's
+	// zero), hence ProbeWant: the gateway writes every field, an empty
+	// error included.
+	{Name: "gubernator", Method: http.MethodPost, Path: "/v1/GetRateLimits",
+		Body:      `{"requests":[{"name":"{policy}","unique_key":"{key}","hits":1,"limit":2000000000,"duration":1000}]}`,
+		ProbeWant: `"error":""`},
 }
 
 // grpcRoute is --route grpc: the json route's request over Envoy's gRPC
@@ -139,6 +156,9 @@ func (r benchRoute) probe(ctx context.Context, c *http.Client, base, policy, pre
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("loadgen: probe %s %s: %s on a fresh key (does the config have %q?): %s",
 			r.Method, r.Path, resp.Status, policy, bytes.TrimSpace(body))
+	}
+	if !bytes.Contains(body, []byte(r.ProbeWant)) {
+		return fmt.Errorf("loadgen: probe %s %s: the answer lacks %s: %s", r.Method, r.Path, r.ProbeWant, bytes.TrimSpace(body))
 	}
 	return nil
 }

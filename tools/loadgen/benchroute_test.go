@@ -41,8 +41,8 @@ func TestBenchRouteRequests(t *testing.T) {
 		for i, tg := range got {
 			assert.Equal(t, want[i], keyOf(t, r, tg), "%s: request %d cycles over the keys", r.Name, i)
 		}
-		if r.Name == "json" {
-			continue // the baseline has no /json: the peer is its baseline
+		if r.Name == "json" || r.Name == "gubernator" {
+			continue // the baseline has neither: the peers have their own tests
 		}
 		req, err := http.NewRequest(got[0].Method, got[0].URL, bytes.NewReader(got[0].Body))
 		require.NoError(t, err)
@@ -80,6 +80,12 @@ func keyOf(t *testing.T, r benchRoute, tg vegeta.Target) string {
 		require.Len(t, b.Descriptors[0].Entries, 1)
 		assert.Equal(t, envoyDescriptorKey, b.Descriptors[0].Entries[0].Key)
 		return b.Descriptors[0].Entries[0].Value
+	case "gubernator":
+		b := decodeGubernator(t, tg.Body)
+		require.Len(t, b.Requests, 1)
+		got := b.Requests[0]
+		assert.Equal(t, gubernatorRequest{Name: "pol", UniqueKey: got.UniqueKey, Hits: 1, Limit: 2000000000, Duration: 1000}, got)
+		return got.UniqueKey
 	}
 	t.Fatalf("route %s: no key", r.Name)
 	return ""
@@ -182,4 +188,89 @@ func TestBenchWithWrk(t *testing.T) {
 	assert.Greater(t, len(kr.keys), keys, "both runs spread over their keys")
 	assert.LessOrEqual(t, counted, served, "wrk counts only answers the server sent")
 	assert.LessOrEqual(t, served, counted+2*conns, "at most one request per connection in flight when a run stops")
+}
+
+// gubernatorRequest is gubernator.proto's RateLimitReq, the fields bench sends.
+type gubernatorRequest struct {
+	Name      string `json:"name"`
+	UniqueKey string `json:"unique_key"`
+	Hits      int64  `json:"hits"`
+	Limit     int64  `json:"limit"`
+	Duration  int64  `json:"duration"`
+}
+
+// decodeGubernator reads a GetRateLimitsReq as gubernator's gateway does:
+// a field it does not know is an error.
+func decodeGubernator(t *testing.T, body []byte) (req struct {
+	Requests []gubernatorRequest `json:"requests"`
+}) {
+	t.Helper()
+	d := json.NewDecoder(bytes.NewReader(body))
+	d.DisallowUnknownFields()
+	require.NoError(t, d.Decode(&req), "%s", body)
+	return req
+}
+
+// fakeGubernator answers POST /v1/GetRateLimits as gubernator does, with
+// the status in the body, counting the unique keys of well-formed requests;
+// a request without a name or key gets gubernator's 200 with an error.
+func fakeGubernator(t *testing.T) (*httptest.Server, *sync.Map) {
+	var keys sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodPost || r.URL.Path != "/v1/GetRateLimits" {
+			http.NotFound(w, r)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		req := decodeGubernator(t, body)
+		w.Header().Set("Content-Type", "application/json")
+		if len(req.Requests) != 1 || req.Requests[0].Name == "" || req.Requests[0].UniqueKey == "" {
+			io.WriteString(w, `{"responses":[{"status":"UNDER_LIMIT","error":"field 'unique_key' cannot be empty"}]}`)
+			return
+		}
+		keys.Store(req.Requests[0].UniqueKey, true)
+		io.WriteString(w, `{"responses":[{"status":"UNDER_LIMIT","limit":"2000000000","remaining":"1999999999","error":""}]}`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &keys
+}
+
+// --target-route sends one target gubernator's requests and the others
+// --route's, over the same keys: the fake peer sees well-formed
+// GetRateLimits calls only, the Tollgate-shaped target /v1/check only.
+func TestBenchTargetRoute(t *testing.T) {
+	kr := newKeyRecorder(t)
+	guber, keys := fakeGubernator(t)
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"bench", "--target", "memory=" + kr.URL, "--target", "gubernator=" + guber.URL,
+		"--target-route", "gubernator=gubernator", "--baseline", "gubernator",
+		"--rounds", "1", "--duration", "200ms", "--connections", "2", "--warmup", "0", "--fixed-rate", "0", "--keys", "3"}, &stdout, &stderr)
+	require.Equal(t, exitOK, code, stderr.String())
+	assert.Contains(t, stdout.String(), "Target gubernator is sent POST /v1/GetRateLimits instead, with the same keys.")
+	assert.Regexp(t, `\| gubernator \| [1-9]\d* \| 1\.00 \|.*\| 0 \|`, stdout.String(), "no failed request")
+	assert.Contains(t, stderr.String(), "bench: vegeta /v1/GetRateLimits round 1/1 gubernator")
+	var guberKeys []string
+	keys.Range(func(k, _ any) bool { guberKeys = append(guberKeys, k.(string)); return true })
+	assert.Len(t, guberKeys, 4, "the probe's key and the run's three")
+	for _, k := range guberKeys {
+		assert.Regexp(t, `^bench[0-9a-f]{8}-(probe-0|gubernator-r0-[0-2])$`, k)
+	}
+	kr.mu.Lock()
+	defer kr.mu.Unlock()
+	assert.Len(t, kr.keys, 4, "memory gets /v1/check over as many keys")
+
+	// A peer answering 200 with an error inside has made no decision.
+	bad, ok := lookupRoute("gubernator")
+	require.True(t, ok)
+	bad.Body = `{"requests":[{"name":"{policy}","unique_key":""}]}`
+	assert.ErrorContains(t, bad.probe(t.Context(), guber.Client(), guber.URL, "pol", "probe"), "cannot be empty")
+
+	for _, args := range [][]string{
+		{"--target-route", "nope=gubernator"},
+		{"--target-route", "gubernator=nope"},
+		{"--target-route", "gubernator=grpc"},
+	} {
+		code := run(t.Context(), append([]string{"bench", "--target", "gubernator=" + guber.URL}, args...), io.Discard, io.Discard)
+		assert.Equal(t, exitUsage, code, "%v", args)
+	}
 }

@@ -121,7 +121,10 @@ func benchFlags(fs *flag.FlagSet, o *options) {
 	fs.StringVar(&b.out, "out", "", "also write the tables to this `FILE`")
 	fs.StringVar(&b.route, "route", "check", "the requests: check (POST /v1/check), ping (GET /ping, X-Client-Key), rate-check "+
 		"(POST /rate/check, X-User-Id), json (POST /json, Envoy's form; --policy is the domain, the descriptor key \""+envoyDescriptorKey+"\"), "+
-		"grpc (the same over Envoy's gRPC ShouldRateLimit; with --generator grpc and grpc://HOST:PORT targets)")
+		"gubernator (POST /v1/GetRateLimits, gubernator's HTTP API; see --target-route), "+
+		"grpc (the same as json over Envoy's gRPC ShouldRateLimit; with --generator grpc and grpc://HOST:PORT targets)")
+	fs.Var(&b.targetRoutes, "target-route", "`NAME=ROUTE`: target NAME gets ROUTE's requests instead of --route's, with the same keys "+
+		"(e.g. gubernator=gubernator: POST /v1/GetRateLimits, one request of --policy, a limit no run reaches, 1 s); repeat for each")
 	fs.StringVar(&b.generator, "generator", "vegeta", "closed-loop load generator: vegeta (in process), wrk (the wrk binary, one thread) "+
 		"or grpc (in process: --connections callers over --grpc-conns gRPC connections)")
 	fs.IntVar(&b.grpcConns, "grpc-conns", 4, "with --generator grpc: the HTTP/2 connections the callers share, as Envoy multiplexes its calls")
