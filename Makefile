@@ -84,7 +84,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s)
 
 BENCHTIME ?= 1s
 .PHONY: bench
-bench: build ## library benchmarks, then every store against a bare Gin handler (vegeta and wrk, BENCH_KEYS=100000) and, with PEER_RATELIMIT_BIN, envoyproxy/ratelimit (docs/benchmarks.md)
+bench: build ## library benchmarks, then every store against a bare Gin handler (vegeta and wrk, BENCH_KEYS=100000) and, with PEER_RATELIMIT_BIN / PEER_GUBERNATOR_BIN, envoyproxy/ratelimit / gubernator (docs/benchmarks.md)
 	BENCHTIME=$(BENCHTIME) scripts/bench.sh $(BIN)
 
 .PHONY: deploy-check
