@@ -116,13 +116,7 @@ func checkLabTable(md, report []byte) ([]string, error) {
 					continue
 				}
 				for j, n := range nums {
-					decimals := 0
-					if _, frac, ok := strings.Cut(n, "."); ok {
-						decimals = len(frac)
-					}
-					got, _ := strconv.ParseFloat(strings.ReplaceAll(n, ",", ""), 64)
-					scale := math.Pow(10, float64(decimals))
-					if math.Round(w[j]*scale) != math.Round(got*scale) {
+					if ok, decimals := sameFigure(n, w[j]); !ok {
 						bad = append(bad, fmt.Sprintf("%s, %s: the docs say %s, report.json %.*f", prefix, alg, n, decimals, w[j]))
 					}
 				}
@@ -207,13 +201,7 @@ func checkBothTruthsTable(md, report []byte) ([]string, error) {
 			continue
 		}
 		for j, n := range nums {
-			decimals := 0
-			if _, frac, ok := strings.Cut(n, "."); ok {
-				decimals = len(frac)
-			}
-			got, _ := strconv.ParseFloat(strings.ReplaceAll(n, ",", ""), 64)
-			scale := math.Pow(10, float64(decimals))
-			if math.Round(want[alg][j]*scale) != math.Round(got*scale) {
+			if ok, decimals := sameFigure(n, want[alg][j]); !ok {
 				bad = append(bad, fmt.Sprintf("%s, figure %d: the docs say %s, report.json %.*f", alg, j+1, n, decimals, want[alg][j]))
 			}
 		}
@@ -252,4 +240,16 @@ func TestBothTruthsTableMatchesTheRun(t *testing.T) {
 	bad, err = checkBothTruthsTable([]byte(strings.Replace(string(md), row, "| `sliding_widow` | 1%", 1)), report)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"no row for sliding_window in the table under both truths"}, bad)
+}
+
+// sameFigure reports whether n, a figure as the docs print it (thousands
+// separated by commas), is want rounded to n's decimals, and how many
+// decimals n has.
+func sameFigure(n string, want float64) (same bool, decimals int) {
+	if _, frac, ok := strings.Cut(n, "."); ok {
+		decimals = len(frac)
+	}
+	got, _ := strconv.ParseFloat(strings.ReplaceAll(n, ",", ""), 64)
+	scale := math.Pow(10, float64(decimals))
+	return math.Round(want*scale) == math.Round(got*scale), decimals
 }
