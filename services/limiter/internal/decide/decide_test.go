@@ -316,3 +316,10 @@ func TestReset(t *testing.T) {
 	assert.Equal(t, int64(4), n, "scope 2 is what is left")
 	assert.Equal(t, int64(0), f.count(t, a, limiter.Key{Subject: "u", Scope: "2"}))
 }
+
+// Without offenders nothing is recorded and no client is named: the access
+// log's client field is empty rather than a panic (httpapi's clientHash).
+func TestNilOffendersNameNoClient(t *testing.T) {
+	var o *Offenders
+	assert.Equal(t, "", o.Hash("203.0.113.7"))
+}

@@ -63,5 +63,12 @@ func (o *Offenders) RawKeys() bool { return o.raw }
 // Hash returns the name of a client key that the access log and the
 // offenders report show, so that lines about one client can be matched
 // without showing the key: a keyed hash (HMAC), which nobody without the
-// secret can reverse by enumerating addresses or user ids.
-func (o *Offenders) Hash(key string) string { return o.hasher.Sum(key) }
+// secret can reverse by enumerating addresses or user ids. Without
+// offenders (a nil *Offenders: the decision layer records nothing) there is
+// no hasher, and no client is named: "".
+func (o *Offenders) Hash(key string) string {
+	if o == nil {
+		return ""
+	}
+	return o.hasher.Sum(key)
+}

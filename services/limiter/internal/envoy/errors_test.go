@@ -63,6 +63,8 @@ func TestGRPCStatusOfEachError(t *testing.T) {
 		{fmt.Errorf("store: %w", limiter.ErrOverloaded), codes.ResourceExhausted},
 		{fmt.Errorf("store: %w: %w", limiter.ErrOverloaded, context.DeadlineExceeded), codes.ResourceExhausted},
 		{fmt.Errorf("store: %w", context.Canceled), codes.Canceled},
+		// a shed call whose caller also went away: the caller is gone, as POST /json says
+		{fmt.Errorf("store: %w: %w", limiter.ErrOverloaded, context.Canceled), codes.Canceled},
 		{fmt.Errorf("store: %w", limiter.ErrUnavailable), codes.Unavailable},
 		{context.DeadlineExceeded, codes.Unavailable},
 		{errors.New("disk I/O error"), codes.Unavailable},

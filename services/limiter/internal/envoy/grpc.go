@@ -46,17 +46,19 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitReque
 
 // grpcStatus is the status of an error of Decide, the one place errors
 // become statuses: InvalidArgument for an invalid request; for a decision
-// the store could not make, ResourceExhausted when this instance shed it,
-// Canceled when the caller went away (nothing to blame on the store),
-// Unavailable else. Envoy applies its failure_mode_deny to the last two.
+// the store could not make, Canceled when the caller went away (nothing to
+// blame on the store; tested first, as POST /json does, since a store may
+// wrap it with ErrOverloaded), ResourceExhausted when this instance shed it,
+// Unavailable else. Envoy's failure_mode_deny decides what an error means
+// for the request.
 func grpcStatus(err error) error {
 	switch {
 	case errors.Is(err, ErrInvalid):
 		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, limiter.ErrOverloaded):
-		return status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, "envoy: the call was cancelled: "+err.Error())
+	case errors.Is(err, limiter.ErrOverloaded):
+		return status.Error(codes.ResourceExhausted, "envoy: this instance is overloaded: "+err.Error())
 	}
 	return status.Error(codes.Unavailable, "envoy: the rate-limit store could not decide: "+err.Error())
 }
