@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/gateway"
+	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/policyfile"
 	"github.com/tollgate/tollgate/tools/lab/internal/tracefile"
@@ -53,17 +55,19 @@ type whatifConfig struct {
 	config, trace, format string
 	top                   int
 	maxRequests           int
+	ipv6Prefix            int // bits of an IPv6 address that name one client
 }
 
 func runWhatif(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	c := whatifConfig{format: formatAuto, top: 10, maxRequests: 20_000_000}
+	c := whatifConfig{format: formatAuto, top: 10, maxRequests: 20_000_000, ipv6Prefix: 64}
 	var o outputFlags
 	fs := newFlagSet("whatif", whatifAbout, stdout, stderr)
 	fs.StringVar(&c.config, "config", "", "the Tollgate configuration file (YAML); its policies, routes and gateway are read")
 	fs.StringVar(&c.trace, "trace", "", "the access log to replay")
 	fs.StringVar(&c.format, "format", c.format, "format of --trace: auto, csv or clf")
 	fs.IntVar(&c.top, "top", c.top, "how many refused clients to list")
-	fs.IntVar(&c.maxRequests, "max-requests", c.maxRequests, "most requests held for sorting (16 bytes each); a longer log stops with an error")
+	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", c.ipv6Prefix, "leading bits of an IPv6 client address that name one client, as the service's --ipv6-prefix (1..128)")
+	fs.IntVar(&c.maxRequests, "max-requests", c.maxRequests, "most requests held for sorting (24 bytes each); a longer log stops with an error")
 	o.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -75,6 +79,8 @@ func runWhatif(_ context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{fmt.Sprintf("lab whatif: --format %q: want auto, csv or clf", c.format)}
 	case c.top < 1 || c.maxRequests < 1:
 		return usageError{"lab whatif: --top and --max-requests: want at least 1"}
+	case c.ipv6Prefix < 1 || c.ipv6Prefix > 128:
+		return usageError{fmt.Sprintf("lab whatif: --ipv6-prefix %d: want 1..128", c.ipv6Prefix)}
 	}
 	data, err := os.ReadFile(c.config)
 	if err != nil {
@@ -124,11 +130,16 @@ type whatifRequest struct {
 	key, client uint32
 }
 
+// globalKey is whatifRequest.key for a rule keyed `global`: one counter for
+// every client.
+const globalKey = ^uint32(0)
+
 // whatifRun reads a log into matched requests.
 type whatifRun struct {
 	plans    []whatifPlan
 	rules    *gateway.Rules
 	rulePlan []int32 // plan of each gateway rule
+	clients  *httplimit.Clients
 	names    []string
 	ids      map[string]uint32
 	reqs     []whatifRequest
@@ -148,12 +159,16 @@ func (w *whatifRun) intern(s string) uint32 {
 }
 
 // newWhatifRun resolves the set's routes and rules into plans.
-func newWhatifRun(set *policyfile.Set) (*whatifRun, error) {
+func newWhatifRun(set *policyfile.Set, ipv6Prefix int) (*whatifRun, error) {
 	rules, err := gateway.New(set.Gateway)
 	if err != nil {
 		return nil, fmt.Errorf("lab whatif: %w", err)
 	}
-	w := &whatifRun{rules: rules, ids: map[string]uint32{}}
+	clients, err := httplimit.NewClients(httplimit.IPv6Prefix(ipv6Prefix))
+	if err != nil {
+		return nil, fmt.Errorf("lab whatif: %w", err)
+	}
+	w := &whatifRun{rules: rules, clients: clients, ids: map[string]uint32{}}
 	resolve := func(names []string) []limiter.Policy {
 		ps := make([]limiter.Policy, len(names))
 		for i, n := range names {
@@ -197,12 +212,23 @@ func (w *whatifRun) add(r tracefile.Request) {
 		w.badPath++
 		return
 	}
+	// A client address is named as the service keys it (httplimit.Clients:
+	// IPv6 by its prefix, IPv4-mapped folded); a CSV key as written. A key
+	// the store would refuse is a bad line, not the end of the run.
+	name := r.Client
+	if a, err := netip.ParseAddr(name); err == nil {
+		name = w.clients.AddrKey(a)
+	}
+	if len(name) > limiter.MaxKeyLen {
+		w.bad++
+		return
+	}
 	// Clients are interned only when counted: unmatched lines cost nothing.
 	keep := func(plan int32, global bool) {
-		client := w.intern(r.Client)
+		client := w.intern(name)
 		key := client
 		if global {
-			key = w.intern("global")
+			key = globalKey
 		}
 		w.reqs = append(w.reqs, whatifRequest{at: r.At, plan: plan, key: key, client: client})
 	}
@@ -396,7 +422,7 @@ func (r refusals) add(at int64) refusals {
 }
 
 func whatif(set *policyfile.Set, in io.Reader, c whatifConfig) (whatifReport, error) {
-	w, err := newWhatifRun(set)
+	w, err := newWhatifRun(set, c.ipv6Prefix)
 	if err != nil {
 		return whatifReport{}, err
 	}
@@ -463,7 +489,10 @@ func (w *whatifRun) replay(top int) (whatifReport, error) {
 		plan := &w.plans[q.plan]
 		route := &r.Routes[q.plan]
 		route.Requests++
-		key := limiter.Key{Subject: w.names[q.key]}
+		key := limiter.Key{Subject: "global", Scope: "global"} // no client's: their scope is empty
+		if q.key != globalKey {
+			key = limiter.Key{Subject: w.names[q.key]}
+		}
 		now := time.Unix(0, q.at).UTC()
 		for _, p := range plan.policies {
 			d, err := store.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: now})

@@ -300,3 +300,24 @@ func TestWhatifErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestWhatifKeysClientsAsTheServiceDoes: three IPv6 addresses of one /64 are
+// one client, as the service keys them (httplimit.Clients), so the third
+// /ping in the minute is refused (ping: 2 a minute); with --ipv6-prefix 128
+// they are three clients and none is. A client name longer than the store
+// takes is a malformed line, not the end of the run.
+func TestWhatifKeysClientsAsTheServiceDoes(t *testing.T) {
+	log := `2001:db8:1:2::1 - - [01/Jan/2026:00:00:00 +0000] "GET /ping HTTP/1.1" 200 10
+2001:db8:1:2::2 - - [01/Jan/2026:00:00:01 +0000] "GET /ping HTTP/1.1" 200 10
+2001:db8:1:2::3 - - [01/Jan/2026:00:00:02 +0000] "GET /ping HTTP/1.1" 200 10
+` + strings.Repeat("h", 1100) + ` - - [01/Jan/2026:00:00:03 +0000] "GET /ping HTTP/1.1" 200 10
+`
+	config, logPath := writeWhatifFiles(t, whatifConfigYAML, log)
+	r := runWhatifJSON(t, "--config", config, "--trace", logPath)
+	assert.Equal(t, int64(1), r.Refused, "one /64, one client")
+	require.Len(t, r.TopClients, 1)
+	assert.Equal(t, "2001:db8:1:2::/64", r.TopClients[0].Client)
+	assert.Equal(t, int64(1), r.Malformed, "the over-long client")
+	r = runWhatifJSON(t, "--config", config, "--trace", logPath, "--ipv6-prefix", "128")
+	assert.Equal(t, int64(0), r.Refused, "three clients")
+}
