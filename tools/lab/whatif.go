@@ -33,7 +33,9 @@ Tollgate configuration file and say who would have been refused.
 
 Each request goes where the service would count it: GET or HEAD /ping to the
 ping route's policies, POST /rate/check to the check route's (the body is not
-logged: a client's calls count as one endpoint), anything else to the first
+logged: a client's calls count as one endpoint; --seed-routes=false for a log
+of the traffic behind a gateway, where those paths are the application's
+own and only the gateway rules apply), anything else to the first
 gateway rule that matches its method, host and path (the service's own
 matching code, pkg/limiter/gateway). A rule keyed by client counts the log's
 client address, global one key for all; header:NAME cannot be read from a
@@ -55,17 +57,19 @@ type whatifConfig struct {
 	config, trace, format string
 	top                   int
 	maxRequests           int
-	ipv6Prefix            int // bits of an IPv6 address that name one client
+	ipv6Prefix            int  // bits of an IPv6 address that name one client
+	seedRoutes            bool // /ping and /rate/check go to the seed routes
 }
 
 func runWhatif(_ context.Context, args []string, stdout, stderr io.Writer) error {
-	c := whatifConfig{format: formatAuto, top: 10, maxRequests: 20_000_000, ipv6Prefix: 64}
+	c := whatifConfig{format: formatAuto, top: 10, maxRequests: 20_000_000, ipv6Prefix: 64, seedRoutes: true}
 	var o outputFlags
 	fs := newFlagSet("whatif", whatifAbout, stdout, stderr)
 	fs.StringVar(&c.config, "config", "", "the Tollgate configuration file (YAML); its policies, routes and gateway are read")
 	fs.StringVar(&c.trace, "trace", "", "the access log to replay")
 	fs.StringVar(&c.format, "format", c.format, "format of --trace: auto, csv or clf")
 	fs.IntVar(&c.top, "top", c.top, "how many refused clients to list")
+	fs.BoolVar(&c.seedRoutes, "seed-routes", c.seedRoutes, "send GET /ping and POST /rate/check to the seed routes' policies (false: a gateway's log, where they are the application's paths)")
 	fs.IntVar(&c.ipv6Prefix, "ipv6-prefix", c.ipv6Prefix, "leading bits of an IPv6 client address that name one client, as the service's --ipv6-prefix (1..128)")
 	fs.IntVar(&c.maxRequests, "max-requests", c.maxRequests, "most requests held for sorting (24 bytes each); a longer log stops with an error")
 	o.register(fs)
@@ -140,9 +144,12 @@ type whatifRun struct {
 	rules    *gateway.Rules
 	rulePlan []int32 // plan of each gateway rule
 	clients  *httplimit.Clients
-	names    []string
-	ids      map[string]uint32
-	reqs     []whatifRequest
+	// seedRoutes: /ping and /rate/check are the seed routes' (else only
+	// the gateway rules count them).
+	seedRoutes bool
+	names      []string
+	ids        map[string]uint32
+	reqs       []whatifRequest
 	// What the parse met.
 	lines, parsed, unmatched, headerOnly, badPath, bad int64
 	examples                                           []string
@@ -159,7 +166,7 @@ func (w *whatifRun) intern(s string) uint32 {
 }
 
 // newWhatifRun resolves the set's routes and rules into plans.
-func newWhatifRun(set *policyfile.Set, ipv6Prefix int) (*whatifRun, error) {
+func newWhatifRun(set *policyfile.Set, ipv6Prefix int, seedRoutes bool) (*whatifRun, error) {
 	rules, err := gateway.New(set.Gateway)
 	if err != nil {
 		return nil, fmt.Errorf("lab whatif: %w", err)
@@ -168,7 +175,7 @@ func newWhatifRun(set *policyfile.Set, ipv6Prefix int) (*whatifRun, error) {
 	if err != nil {
 		return nil, fmt.Errorf("lab whatif: %w", err)
 	}
-	w := &whatifRun{rules: rules, clients: clients, ids: map[string]uint32{}}
+	w := &whatifRun{rules: rules, clients: clients, seedRoutes: seedRoutes, ids: map[string]uint32{}}
 	resolve := func(names []string) []limiter.Policy {
 		ps := make([]limiter.Policy, len(names))
 		for i, n := range names {
@@ -233,6 +240,7 @@ func (w *whatifRun) add(r tracefile.Request) {
 		w.reqs = append(w.reqs, whatifRequest{at: r.At, plan: plan, key: key, client: client})
 	}
 	switch {
+	case !w.seedRoutes:
 	case (method == "GET" || method == "HEAD") && path == "/ping":
 		keep(0, false)
 		return
@@ -422,7 +430,7 @@ func (r refusals) add(at int64) refusals {
 }
 
 func whatif(set *policyfile.Set, in io.Reader, c whatifConfig) (whatifReport, error) {
-	w, err := newWhatifRun(set, c.ipv6Prefix)
+	w, err := newWhatifRun(set, c.ipv6Prefix, c.seedRoutes)
 	if err != nil {
 		return whatifReport{}, err
 	}

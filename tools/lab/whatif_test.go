@@ -321,3 +321,15 @@ func TestWhatifKeysClientsAsTheServiceDoes(t *testing.T) {
 	r = runWhatifJSON(t, "--config", config, "--trace", logPath, "--ipv6-prefix", "128")
 	assert.Equal(t, int64(0), r.Refused, "three clients")
 }
+
+// TestWhatifSeedRoutesOff: behind a gateway, /ping is the application's own
+// path. With --seed-routes=false the ping route's policy counts nothing, and
+// /ping (no gateway rule matches it) is unmatched: of the hand-made log's
+// four /ping lines, none is refused (TestWhatifByHand: one is, by `ping`).
+func TestWhatifSeedRoutesOff(t *testing.T) {
+	config, log := writeWhatifFiles(t, whatifConfigYAML, whatifLog)
+	on := runWhatifJSON(t, "--config", config, "--trace", log)
+	off := runWhatifJSON(t, "--config", config, "--trace", log, "--seed-routes=false")
+	assert.Equal(t, on.Unmatched+4, off.Unmatched, "the four /ping lines")
+	assert.Equal(t, on.Refused-1, off.Refused, "ping's one refusal is gone")
+}
