@@ -70,7 +70,8 @@ func (r *runner) schedule(i int, alg limiter.Algorithm) {
 	keys := []limiter.Key{{Subject: "u1", Scope: "a"}, {Subject: "u1", Scope: "b"}, {Subject: "u2", Scope: "a"}}[:1+rng.IntN(3)]
 	r.now += 3 * w // a clean start: nothing of the last schedule is in reach
 	start, latest := r.now, r.now
-	var admitted []int64 // times of admitted attempts, for edge cases
+	var admitted []int64              // times of admitted attempts, for edge cases
+	refused := map[limiter.Key]bool{} // keys the store has refused
 	for step := range minSteps + rng.IntN(maxSteps-minSteps+1) {
 		now := r.next(latest, w, p.Limit, admitted)
 		latest = max(latest, now)
@@ -103,10 +104,11 @@ func (r *runner) schedule(i int, alg limiter.Algorithm) {
 			require.NoError(t, err, where(fmt.Sprintf("allow cost %d", cost)))
 			want := m.decide(k, cost, now)
 			got, msg := verdictOf(d), where(fmt.Sprintf("allow cost %d", cost))
-			if r.o.repeated(t, view{Allowed: want.Allowed, RetryAfter: want.RetryAfter}, view{Allowed: got.Allowed, RetryAfter: got.RetryAfter, Remaining: got.Remaining}, cost, msg) {
+			if r.o.repeated(t, refused[k], view{Allowed: want.Allowed, RetryAfter: want.RetryAfter}, view{Allowed: got.Allowed, RetryAfter: got.RetryAfter, Remaining: got.Remaining}, cost, msg) {
 				want.Count, want.Remaining, want.RetryAfter = got.Count, got.Remaining, got.RetryAfter
 			}
 			require.Equal(t, want, got, msg)
+			refused[k] = refused[k] || !got.Allowed
 			if want.Allowed {
 				admitted = append(admitted, now)
 			}

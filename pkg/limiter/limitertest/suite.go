@@ -102,12 +102,13 @@ type options struct {
 func RepeatsRefusals() Option { return func(o *options) { o.repeatsRefusals = true } }
 
 // repeated reports whether o lets got, a refusal of cost where want
-// refuses too, be a repeated one, whose counts are not the model's; it
-// fails t when got's RetryAfter is not in (0, want's] or its remaining is
-// not under cost.
-func (o options) repeated(t testing.TB, want, got view, cost int64, msgAndArgs ...any) bool {
+// refuses too, be a repeated one, whose counts are not the model's: only
+// when the store refused the key before (refusedBefore), so a first refusal
+// is always checked whole. It fails t when got's RetryAfter is not in
+// (0, want's] or its remaining is not under cost.
+func (o options) repeated(t testing.TB, refusedBefore bool, want, got view, cost int64, msgAndArgs ...any) bool {
 	t.Helper()
-	if !o.repeatsRefusals || cost == 0 || want.Allowed || got.Allowed {
+	if !o.repeatsRefusals || !refusedBefore || cost == 0 || want.Allowed || got.Allowed {
 		return false
 	}
 	require.Positive(t, got.RetryAfter, msgAndArgs...)
