@@ -27,15 +27,7 @@ func runCost(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	if o.out != "" {
-		if err := writeFile(filepath.Join(o.out, "report.md"), r.writeMarkdown); err != nil {
-			return err
-		}
-	}
-	if o.json {
-		return writeJSON(stdout, r)
-	}
-	return r.writeMarkdown(stdout)
+	return o.emit(stdout, "report.md", r, r.writeMarkdown)
 }
 
 func costFlags(fs interface {

@@ -190,6 +190,20 @@ func (o *outputFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&o.out, "out", "", "also write the Markdown report (report.md) and PNG plots into this directory")
 }
 
+// emit writes a command's report: its Markdown into --out as name (when
+// given), then v as JSON (--json) or the Markdown on stdout.
+func (o outputFlags) emit(stdout io.Writer, name string, v any, markdown func(io.Writer) error) error {
+	if o.out != "" {
+		if err := writeFile(filepath.Join(o.out, name), markdown); err != nil {
+			return err
+		}
+	}
+	if o.json {
+		return writeJSON(stdout, v)
+	}
+	return markdown(stdout)
+}
+
 func runAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	c := defaultTraceConfig()
 	var o outputFlags
@@ -224,14 +238,8 @@ func runAccuracy(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		if err := r.plot(o.out, c.name()); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(o.out, "report.md"), r.writeMarkdown); err != nil {
-			return err
-		}
 	}
-	if o.json {
-		return writeJSON(stdout, r)
-	}
-	return r.writeMarkdown(stdout)
+	return o.emit(stdout, "report.md", r, r.writeMarkdown)
 }
 
 // throughput says how fast the replay went (not part of the report: it

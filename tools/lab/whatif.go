@@ -108,14 +108,8 @@ func runWhatif(_ context.Context, args []string, stdout, stderr io.Writer) error
 		if err := r.plot(o.out); err != nil {
 			return err
 		}
-		if err := writeFile(filepath.Join(o.out, "whatif.md"), r.writeMarkdown); err != nil {
-			return err
-		}
 	}
-	if o.json {
-		return writeJSON(stdout, r)
-	}
-	return r.writeMarkdown(stdout)
+	return o.emit(stdout, "whatif.md", r, r.writeMarkdown)
 }
 
 // whatifPlan is one place a request can be counted: a seed route or a
