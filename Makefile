@@ -1,7 +1,7 @@
 # Tollgate: run `make help` for the targets.
 
 GO      ?= go
-MODULES := pkg/limiter pkg/limiter/ginlimit services/limiter services/limiter/client tools/atk tools/loadgen tools/lab
+MODULES := pkg/limiter pkg/limiter/ginlimit services/limiter services/limiter/client tools/atk tools/loadgen tools/lab deploy
 TOOLS   := tools/atk tools/loadgen
 BIN     := $(CURDIR)/bin
 # -timeout: a package's whole run on a busy 2-core machine (internal/httpapi took
@@ -55,6 +55,10 @@ lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on ev
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) tool staticcheck -checks $(STATICCHECK_CHECKS) ./...); done
 	@set -e; for m in $(TOOLS) tools/lab; do (cd $$m && GOWORK=off $(GO) vet ./...); done
+
+.PHONY: manifests
+manifests: ## re-render deploy/kubernetes/tollgate-*.yaml from the Helm chart and its examples (a test fails when they are stale)
+	cd deploy && $(GO) test -count=1 -run '^TestRenderedManifests$$' ./helm -update
 
 .PHONY: atk
 atk: build ## start two services on free ports (with and without admin key) and run the attack suite
