@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -31,6 +32,7 @@ const (
 	recipeApp      = "127.0.0.1:9000"
 	recipeTollgate = "127.0.0.1:8081"
 	recipeLua      = "/etc/haproxy/tollgate.lua"
+	recipeTraefik  = "/etc/traefik/tollgate.yml"
 )
 
 // gatewayTollgate is Tollgate's configuration behind every recipe: 5 per
@@ -50,29 +52,39 @@ gateway:
     key: global
 `
 
-// gatewayRecipe is one gateway: its program, how to start it on a rendered
-// recipe, and the status its recipe answers when Tollgate is down.
+// gatewayRecipe is one gateway: its program, its recipe's files (the first
+// is the one the program is started on), the paths the files name of each
+// other, how to start it on the rendered recipe, and the status its recipe
+// answers when Tollgate is down.
 type gatewayRecipe struct {
-	name, program, file string
-	down                int
-	start               func(t *testing.T, bin, conf, dir string) *exec.Cmd
+	name, program string
+	files         []string
+	links         map[string]string // a path a file names -> the recipe file it stands for
+	down          int
+	start         func(t *testing.T, bin, conf, dir string) *exec.Cmd
 }
 
 var gatewayRecipes = []gatewayRecipe{
-	{name: "nginx", program: "nginx", file: "nginx.conf", down: http.StatusServiceUnavailable,
+	{name: "nginx", program: "nginx", files: []string{"nginx.conf"}, down: http.StatusServiceUnavailable,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			return exec.Command(bin, "-p", dir+"/", "-c", conf, "-e", "stderr",
 				"-g", "daemon off; pid "+filepath.Join(dir, "nginx.pid")+";")
 		}},
-	{name: "caddy", program: "caddy", file: "Caddyfile", down: http.StatusBadGateway,
+	{name: "caddy", program: "caddy", files: []string{"Caddyfile"}, down: http.StatusBadGateway,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			cmd := exec.Command(bin, "run", "--config", conf, "--adapter", "caddyfile")
 			cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
 			return cmd
 		}},
-	{name: "haproxy", program: "haproxy", file: "haproxy.cfg", down: http.StatusServiceUnavailable,
+	{name: "haproxy", program: "haproxy", files: []string{"haproxy.cfg", "tollgate.lua"},
+		links: map[string]string{recipeLua: "tollgate.lua"}, down: http.StatusServiceUnavailable,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			return exec.Command(bin, "-f", conf, "-db")
+		}},
+	{name: "traefik", program: "traefik", files: []string{"traefik.yml", "traefik-tollgate.yml"},
+		links: map[string]string{recipeTraefik: "traefik-tollgate.yml"}, down: http.StatusInternalServerError,
+		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
+			return exec.Command(bin, "--configFile="+conf)
 		}},
 }
 
@@ -106,11 +118,10 @@ func TestGatewayRecipes(t *testing.T) {
 
 			listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freeTCPPort(t)))
 			dir := t.TempDir()
-			conf := renderRecipe(t, gw.file, dir, map[string]string{
+			conf := renderRecipe(t, gw, dir, map[string]string{
 				recipeListen:   listen,
 				recipeApp:      strings.TrimPrefix(upstream.URL, "http://"),
 				recipeTollgate: strings.TrimPrefix(tollgate.url, "http://"),
-				recipeLua:      mustAbs(t, filepath.Join(recipes, "tollgate.lua")),
 			})
 			startGateway(t, gw.start(t, bin, conf, dir), "http://"+listen)
 			base := "http://" + listen
@@ -194,7 +205,7 @@ func gatewayProgram(t *testing.T, program string) string {
 	if p := "/usr/sbin/" + program; fileExists(p) { // nginx and haproxy live in sbin
 		return p
 	}
-	why := program + " is not installed (Debian package: " + map[string]string{"nginx": "nginx-light", "caddy": "caddy", "haproxy": "haproxy"}[program] + ")"
+	why := program + " is not installed (" + map[string]string{"nginx": "Debian package nginx-light", "caddy": "Debian package caddy", "haproxy": "Debian package haproxy", "traefik": "scripts/traefik.sh builds it"}[program] + ")"
 	if os.Getenv("CI") == "true" {
 		t.Fatal(why)
 	}
@@ -207,32 +218,36 @@ func fileExists(p string) bool {
 	return err == nil
 }
 
-func mustAbs(t *testing.T, p string) string {
+// renderRecipe writes the recipe's files into dir with each key of replace
+// (an address the recipe names) and of the recipe's links (a path one file
+// names of another, which becomes the written file's) replaced, and returns
+// the path of the file the gateway starts on. A key that none of the
+// recipe's files holds fails the test, so that the recipe and the test
+// cannot drift apart.
+func renderRecipe(t *testing.T, gw gatewayRecipe, dir string, replace map[string]string) string {
 	t.Helper()
-	abs, err := filepath.Abs(p)
-	require.NoError(t, err)
-	return abs
-}
-
-// renderRecipe writes the shipped recipe file into dir with each key of
-// replace (an address or a path the recipe names) replaced, and returns the
-// written file's path. A key the recipe does not hold fails the test, so
-// that the recipe and the test cannot drift apart.
-func renderRecipe(t *testing.T, file, dir string, replace map[string]string) string {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join(recipes, file))
-	require.NoError(t, err)
-	text := string(data)
-	for from, to := range replace {
-		if from == recipeLua && file != "haproxy.cfg" {
-			continue
-		}
-		require.Contains(t, text, from, "%s no longer names %s", file, from)
-		text = strings.ReplaceAll(text, from, to)
+	replace = maps.Clone(replace)
+	for from, file := range gw.links {
+		replace[from] = filepath.Join(dir, file)
 	}
-	out := filepath.Join(dir, file)
-	require.NoError(t, os.WriteFile(out, []byte(text), 0o600))
-	return out
+	texts := make([]string, len(gw.files))
+	for i, file := range gw.files {
+		data, err := os.ReadFile(filepath.Join(recipes, file))
+		require.NoError(t, err)
+		texts[i] = string(data)
+	}
+	for from, to := range replace {
+		held := false
+		for i := range texts {
+			held = held || strings.Contains(texts[i], from)
+			texts[i] = strings.ReplaceAll(texts[i], from, to)
+		}
+		require.True(t, held, "%s no longer name %s", strings.Join(gw.files, ", "), from)
+	}
+	for i, file := range gw.files {
+		require.NoError(t, os.WriteFile(filepath.Join(dir, file), []byte(texts[i]), 0o600))
+	}
+	return filepath.Join(dir, gw.files[0])
 }
 
 // startGateway starts cmd, stops it at cleanup, and waits until it answers
@@ -261,10 +276,15 @@ func startGateway(t *testing.T, cmd *exec.Cmd, base string) {
 	probe := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{}}
 	defer probe.CloseIdleConnections()
 	for deadline := time.Now().Add(30 * time.Second); ; {
-		resp, err := probe.Get(base + "/ready") // no rule: uncounted, in no segment the test counts
+		// No rule matches /ready: uncounted, in no segment the test
+		// counts. Ready is the upstream's 200 through the gateway (Traefik
+		// answers 404 until its file provider has loaded the routes).
+		resp, err := probe.Get(base + "/ready")
 		if err == nil {
 			_ = resp.Body.Close()
-			return
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
 		}
 		select {
 		case <-exited:
