@@ -68,6 +68,11 @@ var layerRules = []layerRule{
 		forbid: append(local("services/limiter/internal/httpapi"), "github.com/gin-gonic/gin"),
 	},
 	{
+		why:    "the fallback and the Envoy rules own their types and errors: they never reach the service's configuration",
+		from:   []string{"services/limiter/internal/fallback", "services/limiter/internal/envoy"},
+		forbid: local("services/limiter/internal/config"),
+	},
+	{
 		why:    "atk and loadgen speak HTTP to a running service, like any client: they import nothing of the library or the service",
 		from:   []string{"tools/atk/...", "tools/loadgen/..."},
 		forbid: local("pkg", "services"),

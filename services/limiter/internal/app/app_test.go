@@ -26,6 +26,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/fallback"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
 )
 
@@ -308,4 +309,16 @@ func TestRunFailsWhenTheAddressIsTaken(t *testing.T) {
 	require.Error(t, err)
 	assert.NotErrorIs(t, err, config.ErrInvalid)
 	assert.Contains(t, err.Error(), "address already in use")
+}
+
+// TestFallbackModeOfEveryStoreErrorMode: each on_store_error the
+// configuration accepts becomes the fallback's mode of the same meaning.
+func TestFallbackModeOfEveryStoreErrorMode(t *testing.T) {
+	for in, want := range map[config.StoreErrorMode]fallback.Mode{
+		config.FailClosed: fallback.FailClosed,
+		config.FailOpen:   fallback.FailOpen,
+		config.Local:      fallback.Local,
+	} {
+		assert.Equal(t, want, fallbackMode(in), "on_store_error %s", in)
+	}
 }

@@ -35,7 +35,17 @@ func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
 		}
 		return envoy.NewRules(envoyOptions(cfg)), nil
 	}
-	return envoy.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg))
+	return rulesInvalid(envoy.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg)))
+}
+
+// rulesInvalid makes a problem of the Envoy rules (envoy.ErrRules) a
+// configuration error (config.ErrInvalid): the service exits with status 2
+// and a reload is refused, as for any other setting.
+func rulesInvalid(rules *envoy.Rules, err error) (*envoy.Rules, error) {
+	if errors.Is(err, envoy.ErrRules) {
+		return rules, config.Invalid(err)
+	}
+	return rules, err
 }
 
 // envoyOptions are cfg's settings of the Envoy API.

@@ -114,7 +114,7 @@ func (a *App) reload(ctx context.Context, loadDir func(string, envoy.Options) (*
 	// pushed by xDS stay as they are.
 	rules := old.Envoy
 	if rules != nil && a.cfg.EnvoyConfig != "" {
-		if rules, err = loadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg)); err != nil {
+		if rules, err = rulesInvalid(loadDir(a.cfg.EnvoyConfig, envoyOptions(a.cfg))); err != nil {
 			return cfg, err
 		}
 		if emptied(old.Envoy, rules) && !cfg.EnvoyAllowEmptyReload {

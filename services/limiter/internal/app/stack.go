@@ -58,7 +58,7 @@ func openStack(cfg config.Config, clientTime bool, reg prometheus.Registerer, lo
 	}
 	collectors := b.collectors
 	if limiter.CapabilitiesOf(b.store).Remote {
-		if s.fallback, err = fallback.New(s.bounded, cfg, nil, reg, log); err != nil {
+		if s.fallback, err = fallback.New(s.bounded, cfg.MemoryMaxKeys, reg, log); err != nil {
 			return nil, errors.Join(err, b.store.Close())
 		}
 		s.near = nearcache.New(s.bounded, nil)
@@ -79,7 +79,9 @@ func openStack(cfg config.Config, clientTime bool, reg prometheus.Registerer, lo
 func (s *storeStack) forPolicies(cfg config.Live, policies []limiter.Policy) limiter.Store {
 	store := s.bounded
 	if s.fallback != nil {
-		store = s.fallback.WithPolicies(cfg, policies)
+		store = s.fallback.WithPolicies(policies, func(policy string) fallback.Mode {
+			return fallbackMode(cfg.StoreErrorModeOf(policy))
+		})
 	}
 	if s.near != nil {
 		// Above the fallback: while Redis cannot decide, a local policy's
@@ -87,6 +89,18 @@ func (s *storeStack) forPolicies(cfg config.Live, policies []limiter.Policy) lim
 		store = s.near.With(store, cfg.NearCacheOf)
 	}
 	return store
+}
+
+// fallbackMode is the fallback's mode for a configured on_store_error.
+func fallbackMode(m config.StoreErrorMode) fallback.Mode {
+	switch m {
+	case config.FailOpen:
+		return fallback.FailOpen
+	case config.Local:
+		return fallback.Local
+	default:
+		return fallback.FailClosed
+	}
 }
 
 // remote reports whether the store's state lives outside the process.

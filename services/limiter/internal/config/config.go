@@ -291,6 +291,16 @@ func (e *Error) Error() string {
 // Unwrap makes errors.Is(err, ErrInvalid) true.
 func (e *Error) Unwrap() error { return ErrInvalid }
 
+// Invalid returns err marked as a configuration error, for a problem found
+// by another package (the Envoy rules' files): its text is err's, and both
+// ErrInvalid and err are in its chain.
+func Invalid(err error) error { return invalidError{err} }
+
+type invalidError struct{ err error }
+
+func (e invalidError) Error() string   { return e.err.Error() }
+func (e invalidError) Unwrap() []error { return []error{ErrInvalid, e.err} }
+
 // oneLine keeps an error on one line whatever a reason quotes.
 var oneLine = strings.NewReplacer("\r\n", "; ", "\n", "; ", "\r", "; ")
 

@@ -17,6 +17,7 @@ package envoy
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"maps"
 	"slices"
 	"sort"
@@ -27,7 +28,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
 // Bounds of a configuration.
@@ -40,9 +40,13 @@ const (
 	maxNameBytes = 128
 )
 
+// ErrRules is in the chain of every ConfigError: the rules are wrong, as
+// opposed to a folder that cannot be read. The service makes it a
+// configuration error (it exits with status 2; a reload is refused).
+var ErrRules = errors.New("envoy: invalid rules")
+
 // ConfigError is a problem in one configuration file: the file, the field as
-// a path (descriptors[0].rate_limit.unit) and why. It unwraps to
-// config.ErrInvalid, so the service exits with status 2.
+// a path (descriptors[0].rate_limit.unit) and why. It unwraps to ErrRules.
 type ConfigError struct {
 	File   string
 	Field  string // empty when the problem is the whole file
@@ -58,8 +62,8 @@ func (e *ConfigError) Error() string {
 	return strings.Join(strings.Fields(s+e.Reason), " ")
 }
 
-// Unwrap makes errors.Is(err, config.ErrInvalid) true.
-func (e *ConfigError) Unwrap() error { return config.ErrInvalid }
+// Unwrap makes errors.Is(err, ErrRules) true.
+func (e *ConfigError) Unwrap() error { return ErrRules }
 
 // units maps the rate_limit.unit names to Envoy's enum and a window. Month and
 // year are 30 and 365 days, as envoyproxy/ratelimit counts them.

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
 func TestFixturesBecomePolicies(t *testing.T) {
@@ -146,7 +145,7 @@ func TestMalformedFilesAreOneLineErrors(t *testing.T) {
 			require.Error(t, err)
 			assert.Equal(t, tt.want, err.Error())
 			assert.NotContains(t, err.Error(), "\n")
-			assert.ErrorIs(t, err, config.ErrInvalid)
+			assert.ErrorIs(t, err, ErrRules)
 			assert.Empty(t, r.Domains(), "a failed file adds nothing")
 		})
 	}
@@ -184,7 +183,7 @@ func TestLoadDir(t *testing.T) {
 		write(dir, "a.yaml", "domain: shop\n")
 		write(dir, "b.yml", "domain: shop\n")
 		_, err := LoadDir(dir, Options{})
-		require.ErrorIs(t, err, config.ErrInvalid)
+		require.ErrorIs(t, err, ErrRules)
 		assert.Equal(t, "envoy: "+filepath.Join(dir, "b.yml")+`: domain: "shop" is already defined in `+filepath.Join(dir, "a.yaml")+"; --envoy-merge-domain-config merges the files of one domain (line 1)", err.Error())
 	})
 	t.Run("merged domain", func(t *testing.T) {
@@ -198,7 +197,7 @@ func TestLoadDir(t *testing.T) {
 
 		// A file that fails leaves the rules as they were.
 		err = r.Add("c.yaml", []byte("domain: shop\ndescriptors:\n  - key: item\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: path\n"))
-		require.ErrorIs(t, err, config.ErrInvalid)
+		require.ErrorIs(t, err, ErrRules)
 		assert.Contains(t, err.Error(), `c.yaml: descriptors[1]: key "path" without value is already defined at `+filepath.Join(dir, "b.yaml")+": descriptors[0]")
 		l, _ := r.Match("shop", entries("item", "x").GetEntries())
 		assert.Nil(t, l, "the failed file's first descriptor was not added")
@@ -217,14 +216,14 @@ func TestLoadDir(t *testing.T) {
 	t.Run("missing folder", func(t *testing.T) {
 		dir := filepath.Join(t.TempDir(), "nope")
 		_, err := LoadDir(dir, Options{})
-		require.ErrorIs(t, err, config.ErrInvalid)
+		require.ErrorIs(t, err, ErrRules)
 		assert.Equal(t, "envoy: "+dir+": cannot read the folder: no such file or directory", err.Error())
 	})
 	t.Run("file too large", func(t *testing.T) {
 		dir := t.TempDir()
 		write(dir, "big.yaml", "domain: big\n#"+strings.Repeat("x", MaxFileBytes))
 		_, err := LoadDir(dir, Options{})
-		require.ErrorIs(t, err, config.ErrInvalid)
+		require.ErrorIs(t, err, ErrRules)
 		assert.Contains(t, err.Error(), "big.yaml: larger than 4194304 bytes")
 	})
 }

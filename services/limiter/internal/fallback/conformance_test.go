@@ -14,7 +14,6 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
 // The fallback is the store the service decides with on Redis: while Redis
@@ -28,7 +27,7 @@ func TestFallbackConformance(t *testing.T) {
 		primary, err := redisstore.Open(srv.URL(), redisstore.WithClientTime(),
 			redisstore.WithPrefix(srv.Prefix()+"-fallback-"+strconv.Itoa(n)), redisstore.WithTimeout(5*time.Second))
 		require.NoError(tb, err)
-		f, err := New(primary, config.Config{MemoryMaxKeys: 10_000}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		f, err := New(primary, 10_000, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(io.Discard, nil)))
 		require.NoError(tb, err)
 		return f
 	})

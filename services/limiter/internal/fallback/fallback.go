@@ -1,9 +1,10 @@
 // Package fallback is the service's on_store_error: a limiter.Store over a
 // remote store (Redis) that answers as each policy's mode says while the
-// store cannot decide. It is the service's, not the library's: the modes
-// are the configuration's (config.StoreErrorMode) and it counts its
-// answers in the service's Prometheus metrics; a library user gets
-// limiter.ErrUnavailable and chooses for itself.
+// store cannot decide. It is the service's, not the library's: it counts
+// its answers in the service's Prometheus metrics, and a library user gets
+// limiter.ErrUnavailable and chooses for itself. It owns its modes (Mode);
+// the store stack (internal/app) gives each policy the mode its
+// configuration says.
 package fallback
 
 import (
@@ -18,7 +19,17 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
+)
+
+// Mode is what a policy's decisions become while the primary cannot decide
+// (the service's on_store_error); its text is the metric's mode label.
+type Mode string
+
+// The modes.
+const (
+	FailClosed Mode = "fail_closed" // the error goes back
+	FailOpen   Mode = "fail_open"   // allowed, uncounted
+	Local      Mode = "local"       // decided by an in-process memory store
 )
 
 // Store is a limiter.Store that passes every call to its primary store
@@ -66,18 +77,18 @@ type state struct {
 
 // policyModes is what a fallback knows of the policies in force.
 type policyModes struct {
-	mode   map[string]config.StoreErrorMode
+	mode   map[string]Mode
 	used   map[string]prometheus.Counter // policy -> tollgate_store_fallback_total
 	locals []limiter.Policy              // the local policies, for Prune
 }
 
 var _ limiter.Store = (*Store)(nil)
 
-// New wraps primary for policies, with the modes cfg gives them, and
-// registers tollgate_store_fallback_total{policy,mode} on reg (one child per
-// fail_open or local policy). cfg.MemoryMaxKeys bounds the local memory
-// store.
-func New(primary limiter.Store, cfg config.Config, policies []limiter.Policy, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
+// New wraps primary, every policy fail_closed until WithPolicies gives them
+// modes, and registers tollgate_store_fallback_total{policy,mode} on reg
+// (one child per fail_open or local policy). localMaxKeys bounds the local
+// memory store (memstore.WithMaxKeys).
+func New(primary limiter.Store, localMaxKeys int, reg prometheus.Registerer, log *slog.Logger) (*Store, error) {
 	used := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "tollgate_store_fallback_total",
 		Help: "Decisions made without the store because it could not decide, by policy and on_store_error mode (fail_open: allowed uncounted; local: decided by this instance alone).",
@@ -87,29 +98,29 @@ func New(primary limiter.Store, cfg config.Config, policies []limiter.Policy, re
 	}
 	st := &state{
 		primary: primary,
-		local:   memstore.New(memstore.WithMaxKeys(cfg.MemoryMaxKeys)),
+		local:   memstore.New(memstore.WithMaxKeys(localMaxKeys)),
 		usedVec: used,
 		log:     log,
 	}
-	return (&Store{state: st}).WithPolicies(cfg.Live, policies), nil
+	return (&Store{state: st}).WithPolicies(nil, nil), nil
 }
 
-// WithPolicies returns a Store of the same primary for policies, with the
-// modes cfg gives them: at start and for each reload. f is unchanged, and
-// calls made on it keep its modes.
-func (f *Store) WithPolicies(cfg config.Live, policies []limiter.Policy) *Store {
+// WithPolicies returns a Store of the same primary for policies, each in
+// the mode modeOf gives it: at start and for each reload. f is unchanged,
+// and calls made on it keep its modes.
+func (f *Store) WithPolicies(policies []limiter.Policy, modeOf func(policy string) Mode) *Store {
 	m := &policyModes{
-		mode: make(map[string]config.StoreErrorMode, len(policies)),
+		mode: make(map[string]Mode, len(policies)),
 		used: make(map[string]prometheus.Counter, len(policies)),
 	}
 	for _, p := range policies {
-		mode := cfg.StoreErrorModeOf(p.Name)
+		mode := modeOf(p.Name)
 		m.mode[p.Name] = mode
-		if mode == config.FailClosed {
+		if mode == FailClosed {
 			continue
 		}
 		m.used[p.Name] = f.usedVec.WithLabelValues(p.Name, string(mode))
-		if mode == config.Local {
+		if mode == Local {
 			m.locals = append(m.locals, p)
 		}
 	}
@@ -159,10 +170,10 @@ func (f *Store) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) 
 	}
 	m := f.modes
 	switch m.mode[p.Name] {
-	case config.FailOpen:
+	case FailOpen:
 		m.used[p.Name].Inc()
 		return limiter.Decision{Allowed: true, Limit: p.Limit, Remaining: p.Limit, WindowStart: r.Now}, nil
-	case config.Local:
+	case Local:
 		m.used[p.Name].Inc()
 		return f.local.Allow(ctx, p, r)
 	}
@@ -174,7 +185,7 @@ func (f *Store) Allow(ctx context.Context, p limiter.Policy, r limiter.Request) 
 func (f *Store) Peek(ctx context.Context, p limiter.Policy, k limiter.Key, now time.Time) (limiter.Decision, error) {
 	ticket := f.calls.Add(1)
 	d, err := f.primary.Peek(ctx, p, k, now)
-	if f.observe(ctx, ticket, err) && f.modes.mode[p.Name] == config.Local {
+	if f.observe(ctx, ticket, err) && f.modes.mode[p.Name] == Local {
 		return f.local.Peek(ctx, p, k, now)
 	}
 	return d, err
@@ -196,7 +207,7 @@ func (f *Store) reset(ctx context.Context, p limiter.Policy, on func(limiter.Sto
 	ticket := f.calls.Add(1)
 	n, err := on(f.primary)
 	f.observe(ctx, ticket, err)
-	if f.modes.mode[p.Name] == config.Local {
+	if f.modes.mode[p.Name] == Local {
 		m, lerr := on(f.local)
 		n, err = n+m, errors.Join(err, lerr)
 	}

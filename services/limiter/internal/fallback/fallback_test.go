@@ -21,7 +21,6 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
 
 // t0 is the tests' time.
@@ -54,16 +53,23 @@ func newFallbackRig(t *testing.T) *fallbackRig {
 		redisstore.WithTimeout(5*time.Second), // refused dials fail at once; only a stall would wait
 		redisstore.WithBreaker(redisstore.BreakerConfig{Ratio: 0.5, MinCalls: 1, Interval: time.Minute, Cooldown: rigCooldown, Probes: 1}), redisstore.WithBreakerClock(clock))
 	require.NoError(t, err)
-	cfg := config.Config{
-		MemoryMaxKeys: 1000,
-		Live:          config.Live{OnStoreError: map[string]config.StoreErrorMode{"open": config.FailOpen, "local": config.Local}},
-	}
 	reg := prometheus.NewRegistry()
 	logs := &bytes.Buffer{}
-	f, err := New(primary, cfg, []limiter.Policy{closedPolicy, openPolicy, localPolicy}, reg, slog.New(slog.NewTextHandler(logs, nil)))
+	f, err := New(primary, 1000, reg, slog.New(slog.NewTextHandler(logs, nil)))
 	require.NoError(t, err)
+	f = f.WithPolicies([]limiter.Policy{closedPolicy, openPolicy, localPolicy}, modes(map[string]Mode{"open": FailOpen, "local": Local}))
 	t.Cleanup(func() { _ = f.Close() })
 	return &fallbackRig{srv: srv, breaker: clock, f: f, reg: reg, logs: logs}
+}
+
+// modes gives each policy its mode in m, fail_closed when m has none.
+func modes(m map[string]Mode) func(string) Mode {
+	return func(policy string) Mode {
+		if mode, ok := m[policy]; ok {
+			return mode
+		}
+		return FailClosed
+	}
 }
 
 // key returns a key no other test shares, also on a shared Redis.
@@ -89,9 +95,9 @@ func TestFallbackModesFollowAReload(t *testing.T) {
 	require.ErrorIs(t, err, limiter.ErrUnavailable, "fail_closed before the reload")
 
 	added := limiter.Policy{Name: "added", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Hour}
-	r.f = r.f.WithPolicies(config.Live{OnStoreError: map[string]config.StoreErrorMode{
-		"closed": config.FailOpen, "added": config.Local,
-	}}, []limiter.Policy{closedPolicy, added})
+	r.f = r.f.WithPolicies([]limiter.Policy{closedPolicy, added}, modes(map[string]Mode{
+		"closed": FailOpen, "added": Local,
+	}))
 
 	d, err := r.allow(closedPolicy, r.key("reload"))
 	require.NoError(t, err, "fail_open after the reload")
@@ -284,7 +290,7 @@ func TestStoreFailed(t *testing.T) {
 // an outage's start or end do not make the log flap.
 func TestFallbackIgnoresOldNews(t *testing.T) {
 	logs := &bytes.Buffer{}
-	f, err := New(memstore.New(), config.Config{}, nil, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
+	f, err := New(memstore.New(), 0, prometheus.NewRegistry(), slog.New(slog.NewTextHandler(logs, nil)))
 	require.NoError(t, err)
 	ctx := context.Background()
 	down := fmt.Errorf("x: %w", limiter.ErrUnavailable)
