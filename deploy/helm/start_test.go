@@ -44,42 +44,28 @@ func TestChartStartsLimiter(t *testing.T) {
 	bin := proc.Bin(t)
 	for name, vals := range valueSets(t) {
 		t.Run(name, func(t *testing.T) {
-			ports := map[string]any{"http": proc.FreePort(t), "grpc": proc.FreePort(t), "internal": proc.FreePort(t)}
-			vals := merge(vals, map[string]any{"ports": ports})
-			pod := newPod(t)
+			var redisURL string
 			if vals["store"] == "redis" {
-				redis := redistest.Start(t)
-				if r, ok := vals["redis"].(map[string]any); ok && r["existingSecret"] != nil {
-					pod.secrets[r["existingSecret"].(string)] = map[string]string{"redis-url": redis.URL()}
-				} else {
-					vals = merge(vals, map[string]any{"redis": map[string]any{"url": redis.URL()}})
+				redisURL = redistest.Start(t).URL()
+			}
+			// A port picked free may be taken by another process before the
+			// limiter binds it: then other ports, a few times.
+			var (
+				p       *proc.Process
+				c       corev1.Container
+				tlsConf *tls.Config
+			)
+			for attempt := 1; ; attempt++ {
+				p, c, tlsConf = startPod(t, bin, vals, redisURL)
+				ready := c.ReadinessProbe.HTTPGet
+				err := p.Poll(probeURL(t, c, ready.Scheme, ready.Port.StrVal, ready.Path), http.StatusOK, tlsConf)
+				if err == nil {
+					break
 				}
-			}
-			pod.secrets["tollgate-admin"] = map[string]string{"admin-key": strings.Repeat("k", 40)}
-			caPEM := pod.tlsSecret(t, "tollgate-tls")
-
-			objs := renderObjects(t, vals)
-			for _, cm := range find[*corev1.ConfigMap](objs) {
-				pod.configMaps[cm.Name] = cm.Data
-			}
-			tmpl, _ := podSpec(t, objs)
-			c := tmpl.Spec.Containers[0]
-			mounts := pod.mount(t, tmpl.Spec, c)
-			args := make([]string, len(c.Args))
-			for i, a := range c.Args {
-				args[i] = mounts.rewrite(t, a)
-			}
-			env := imageEnv(t, mounts)
-			for _, e := range c.Env {
-				env = append(env, e.Name+"="+mounts.rewrite(t, pod.resolve(t, e, c)))
-			}
-			p := proc.Start(t, bin, mounts.workDir, args, env)
-
-			var tlsConf *tls.Config
-			if c.ReadinessProbe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
-				pool := x509.NewCertPool()
-				require.True(t, pool.AppendCertsFromPEM(caPEM))
-				tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+				if !p.BindFailed() || attempt == 3 {
+					t.Fatal(err)
+				}
+				t.Logf("attempt %d: a port was taken meanwhile; again on other ports", attempt)
 			}
 			for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 				require.NotNil(t, probe.HTTPGet)
@@ -127,6 +113,51 @@ func checkEnvoyRules(t *testing.T, url string, tlsConf *tls.Config) {
 	require.Len(t, answer.Statuses, 1)
 	assert.Equal(t, 5, answer.Statuses[0].CurrentLimit.RequestsPerUnit)
 	assert.Equal(t, "MINUTE", answer.Statuses[0].CurrentLimit.Unit)
+}
+
+// startPod renders the chart with vals on free ports (redisURL, when not
+// empty, is the Redis of the redis store, by URL or by Secret as vals say)
+// and starts bin as the rendered pod's container. It returns the process,
+// the container and, when the probes use HTTPS, the client configuration
+// that trusts the pod's certificate.
+func startPod(t *testing.T, bin string, vals map[string]any, redisURL string) (*proc.Process, corev1.Container, *tls.Config) {
+	t.Helper()
+	ports := map[string]any{"http": proc.FreePort(t), "grpc": proc.FreePort(t), "internal": proc.FreePort(t)}
+	vals = merge(vals, map[string]any{"ports": ports})
+	pod := newPod(t)
+	if redisURL != "" {
+		if r, ok := vals["redis"].(map[string]any); ok && r["existingSecret"] != nil {
+			pod.secrets[r["existingSecret"].(string)] = map[string]string{"redis-url": redisURL}
+		} else {
+			vals = merge(vals, map[string]any{"redis": map[string]any{"url": redisURL}})
+		}
+	}
+	pod.secrets["tollgate-admin"] = map[string]string{"admin-key": strings.Repeat("k", 40)}
+	caPEM := pod.tlsSecret(t, "tollgate-tls")
+
+	objs := renderObjects(t, vals)
+	for _, cm := range find[*corev1.ConfigMap](objs) {
+		pod.configMaps[cm.Name] = cm.Data
+	}
+	tmpl, _ := podSpec(t, objs)
+	c := tmpl.Spec.Containers[0]
+	mounts := pod.mount(t, tmpl.Spec, c)
+	args := make([]string, len(c.Args))
+	for i, a := range c.Args {
+		args[i] = mounts.rewrite(t, a)
+	}
+	env := imageEnv(t, mounts)
+	for _, e := range c.Env {
+		env = append(env, e.Name+"="+mounts.rewrite(t, pod.resolve(t, e, c)))
+	}
+	p := proc.Start(t, bin, mounts.workDir, args, env)
+	var tlsConf *tls.Config
+	if c.ReadinessProbe.HTTPGet.Scheme == corev1.URISchemeHTTPS {
+		pool := x509.NewCertPool()
+		require.True(t, pool.AppendCertsFromPEM(caPEM))
+		tlsConf = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	}
+	return p, c, tlsConf
 }
 
 func probeURL(t *testing.T, c corev1.Container, scheme corev1.URIScheme, port, path string) string {

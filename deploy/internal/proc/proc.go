@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -38,10 +39,12 @@ func Bin(t testing.TB) string {
 	return bin
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a TCP port that was free a moment ago on every address
+// (a rendered pod listens on 0.0.0.0). Another process may take it before
+// the limiter binds it: see Process.BindFailed.
 func FreePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := net.Listen("tcp", ":0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,20 +95,29 @@ func Start(t testing.TB, bin, dir string, args, env []string) *Process {
 // for an https URL.
 func (p *Process) WaitStatus(t testing.TB, url string, want int, tlsConf *tls.Config) {
 	t.Helper()
+	if err := p.Poll(url, want, tlsConf); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Poll is WaitStatus returning its failure: the process exited (see
+// BindFailed) or url did not answer want within readyWithin.
+func (p *Process) Poll(url string, want int, tlsConf *tls.Config) error {
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: tlsConf}}
+	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(readyWithin)
 	last := "no answer"
 	for time.Now().Before(deadline) {
 		select {
 		case <-p.done:
-			t.Fatalf("the limiter exited before %s answered %d (%s):\n%s", url, want, last, p.out.String())
+			return fmt.Errorf("the limiter exited before %s answered %d (%s):\n%s", url, want, last, p.out.String())
 		default:
 		}
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == want {
-				return
+				return nil
 			}
 			last = fmt.Sprintf("status %d", resp.StatusCode)
 		} else {
@@ -113,7 +125,19 @@ func (p *Process) WaitStatus(t testing.TB, url string, want int, tlsConf *tls.Co
 		}
 		time.Sleep(50 * time.Millisecond) // polling interval, not a wait for time to pass
 	}
-	t.Fatalf("%s did not answer %d within %s (%s):\n%s", url, want, readyWithin, last, p.out.String())
+	return fmt.Errorf("%s did not answer %d within %s (%s):\n%s", url, want, readyWithin, last, p.out.String())
+}
+
+// BindFailed reports whether the process exited because a port it was
+// given was taken meanwhile by another process: the caller picks other
+// ports and starts again.
+func (p *Process) BindFailed() bool {
+	select {
+	case <-p.done:
+		return strings.Contains(p.out.String(), "address already in use")
+	default:
+		return false
+	}
 }
 
 type syncBuffer struct {
