@@ -9,7 +9,8 @@
 #     proxy (the main target; atk connects from 127.0.0.2 as that proxy),
 #   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target), and
 #   - a strict service: identity headers believed from trusted proxies only
-#     (none here), decision APIs on an internal listener, 1,024 descriptors
+#     (only 192.0.2.1, TEST-NET-1, which never connects: a user key needs
+#     some trusted proxy to start), decision APIs on an internal listener, 1,024 descriptors
 #     (the strict target),
 # waits until they answer GET /healthz, runs
 #   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2 \
@@ -52,7 +53,7 @@ internal=$(free_port) || exit 2
 # The strict one runs on 1,024 descriptors, so that ATK-44's idle
 # connections reach its connection bounds.
 wrap=(sh -c 'ulimit -n 1024 && exec "$@"' sh)
-limiter c "$key" --identity-headers trusted-proxies --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy"
+limiter c "$key" --identity-headers trusted-proxies --trusted-proxies 192.0.2.1 --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy"
 
 status=0
 LIMITER_ADMIN_KEY="$key" "$bin/atk" --target "http://127.0.0.1:$port_a" --closed-target "http://127.0.0.1:$port_b" \

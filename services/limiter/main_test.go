@@ -192,3 +192,22 @@ func TestShippedConfigsStart(t *testing.T) {
 		})
 	}
 }
+
+// The started binary with --ping-key api_key,peer and no --api-keys-file
+// logged "listening" and served (issue 35); it now exits 2 at once with
+// the one line naming the setting.
+func TestBinaryRefusesAnAPIKeySourceWithoutKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and starts the binary")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, binary(t), "--addr=127.0.0.1:0", "--store=memory", "--ping-key=api_key,peer")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, stderr.String())
+	assert.Equal(t, 2, exit.ExitCode())
+	assert.Equal(t, "limiter: config: --ping-key: api_key needs --api-keys-file (the digests of the accepted X-Api-Key values): without it every X-Api-Key would be refused (401)\n", stderr.String())
+}

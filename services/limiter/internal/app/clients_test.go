@@ -323,3 +323,23 @@ func TestStatusKeyHonoursIPv6Prefix(t *testing.T) {
 		assert.Contains(t, w.Body.String(), `"count":1,`, key)
 	}
 }
+
+// A reload that drops api_keys_file while --ping-key still names api_key
+// was applied: from then on every X-Api-Key was judged against no key
+// (issue 35). It is refused naming the setting; the running keys stay.
+func TestReloadWithoutTheKeysFileOfAnAPIKeySourceIsRefused(t *testing.T) {
+	digest := sha256.Sum256([]byte("key-one"))
+	keys := filepath.Join(t.TempDir(), "keys")
+	require.NoError(t, os.WriteFile(keys, []byte(hex.EncodeToString(digest[:])+"\n"), 0o600))
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 3}\napi_keys_file: "+keys+"\n", "--ping-key=api_key,peer")
+	withKey := func() int {
+		return send(t, f.app.Handler(), http.MethodGet, "/ping", "", map[string]string{"X-Api-Key": "key-one"}).Code
+	}
+	require.Equal(t, http.StatusOK, withKey())
+	f.write(t, "policies:\n  ping: {limit: 3}\n")
+	err := f.app.Reload(context.Background())
+	require.ErrorIs(t, err, config.ErrInvalid)
+	assert.EqualError(t, err, "config: --ping-key: api_key needs --api-keys-file (the digests of the accepted X-Api-Key values): without it every X-Api-Key would be refused (401)")
+	assert.Equal(t, http.StatusOK, withKey(), "the running keys stay")
+	require.Len(t, f.logs.matching("reload refused"), 1)
+}

@@ -155,7 +155,9 @@ func serveFrom(h http.Handler, method, target, body, remote string, header map[s
 // says; and a setting a reload does apply (ipv6_prefix) is not in that
 // warning.
 func TestReloadAppliesASettingWhollyOrNotAtAll(t *testing.T) {
-	f := newReloadFixture(t, "policies:\n  ping: {limit: 3}\n", "--identity-headers=trusted-proxies", "--ping-key=peer")
+	// 192.0.2.1 (TEST-NET-1) sends nothing: under trusted-proxies a user
+	// key needs some trusted proxy to start (see checkKeySources).
+	f := newReloadFixture(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [192.0.2.1]\n", "--identity-headers=trusted-proxies", "--ping-key=peer")
 	h := f.app.Handler()
 	check := func() int {
 		return serveFrom(h, http.MethodPost, "/rate/check", `{"endpoint":"/e"}`, "10.1.1.1:1000", map[string]string{"X-User-Id": "42"}).Code
@@ -168,7 +170,7 @@ func TestReloadAppliesASettingWhollyOrNotAtAll(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, check(), "10.1.1.1 is no trusted proxy yet")
 	require.Equal(t, "10.1.1.1", pingKey())
 
-	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [10.0.0.0/8]\n")
+	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [192.0.2.1, 10.0.0.0/8]\n")
 	require.NoError(t, f.app.Reload(context.Background()))
 	assert.Equal(t, http.StatusBadRequest, check(), "X-User-Id judged by the running list, as X-Forwarded-For is")
 	assert.Equal(t, "10.1.1.1", pingKey())
@@ -176,7 +178,7 @@ func TestReloadAppliesASettingWhollyOrNotAtAll(t *testing.T) {
 	require.Len(t, warned, 1)
 	assert.Contains(t, warned[0], "TrustedProxies")
 
-	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [10.0.0.0/8]\nipv6_prefix: 48\n")
+	f.write(t, "policies:\n  ping: {limit: 3}\ntrusted_proxies: [192.0.2.1, 10.0.0.0/8]\nipv6_prefix: 48\n")
 	require.NoError(t, f.app.Reload(context.Background()))
 	warned = f.logs.matching("apply only after a restart")
 	require.Len(t, warned, 2)

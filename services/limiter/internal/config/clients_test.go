@@ -1,6 +1,7 @@
 package config
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -42,7 +43,8 @@ func TestPolicyMemoryBound(t *testing.T) {
 }
 
 func TestIdentitySettings(t *testing.T) {
-	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nrate_key: [api_key, user]\nendpoint_fold: [all]\n")}, env(nil))
+	keys := writeYAML(t, strings.Repeat("ab", 32)+"\n") // one SHA-256 digest
+	c, err := Load([]string{"--config", writeYAML(t, "ping_key: [api_key, header, peer]\nrate_key: [api_key, user]\nendpoint_fold: [all]\napi_keys_file: "+keys+"\n")}, env(nil))
 	require.NoError(t, err)
 	assert.Len(t, c.PingKey, 3)
 	assert.Equal(t, []identity.Source{identity.APIKey, identity.User}, c.RateKey)
@@ -61,5 +63,40 @@ func TestIdentitySettings(t *testing.T) {
 	} {
 		_, err := Load(bad, env(nil))
 		assert.ErrorIs(t, err, ErrInvalid, "%v", bad)
+	}
+}
+
+// --ping-key api_key,peer without --api-keys-file started and listened:
+// every client that sent an API key was judged against an empty key set
+// (issue 35). A key source whose input is missing is refused, naming the
+// setting as written; so are header and user under --identity-headers
+// trusted-proxies with no trusted proxy, from whom alone they are believed.
+func TestKeySourceWithoutItsInputIsRefused(t *testing.T) {
+	keys := writeYAML(t, strings.Repeat("ab", 32)+"\n")
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{"--ping-key", "api_key,peer"}, nil,
+			"config: --ping-key: api_key needs --api-keys-file (the digests of the accepted X-Api-Key values): without it every X-Api-Key would be refused (401)"},
+		{nil, map[string]string{"LIMITER_RATE_KEY": "api_key,user"},
+			"config: LIMITER_RATE_KEY: api_key needs --api-keys-file (the digests of the accepted X-Api-Key values): without it every X-Api-Key would be refused (401)"},
+		{[]string{"--config", writeYAML(t, "ping_key: [header, peer]\nidentity_headers: trusted-proxies\n")}, nil,
+			"config: ping_key: header needs --trusted-proxies under --identity-headers trusted-proxies: without a trusted proxy X-Client-Key is believed from nobody"},
+		{[]string{"--identity-headers", "trusted-proxies", "--ping-key", "peer"}, nil,
+			"config: --rate-key: user needs --trusted-proxies under --identity-headers trusted-proxies: without a trusted proxy X-User-Id is believed from nobody"},
+	} {
+		_, err := Load(tt.args, env(tt.env))
+		require.ErrorIs(t, err, ErrInvalid, "%v %v", tt.args, tt.env)
+		assert.Equal(t, tt.want, err.Error())
+	}
+	for _, ok := range [][]string{
+		{"--ping-key", "api_key,peer", "--api-keys-file", keys},
+		{"--identity-headers", "trusted-proxies", "--trusted-proxies", "10.0.0.0/8"},
+		{"--identity-headers", "trusted-proxies", "--ping-key", "peer", "--rate-key", "api_key", "--api-keys-file", keys},
+	} {
+		_, err := Load(ok, env(nil))
+		assert.NoError(t, err, "%v", ok)
 	}
 }

@@ -180,7 +180,7 @@ var settings = []setting{
 		c.IdentityHeaders = t
 		return err
 	}},
-	{"ping-key", "header,peer", "/ping's key sources, comma-separated, first that applies wins: header (X-Client-Key), api_key (X-Api-Key, one of --api-keys-file), user (X-User-Id), peer (the client address)", func(c *Config, v string) error {
+	{"ping-key", "header,peer", "/ping's key sources, comma-separated, first that applies wins: header (X-Client-Key), api_key (X-Api-Key, one of --api-keys-file), user (X-User-Id), peer (the client address). A source whose input is missing (api_key without --api-keys-file; header or user under --identity-headers trusted-proxies without --trusted-proxies) is refused at start and on reload", func(c *Config, v string) error {
 		s, err := identity.ParseSources(splitList(v))
 		c.PingKey = s
 		return err
@@ -430,6 +430,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, err
 	}
 	if err := c.checkGateway(); err != nil {
+		return Config{}, err
+	}
+	if err := c.checkKeySources(from); err != nil {
 		return Config{}, err
 	}
 	if err := c.checkTLS(from); err != nil {
