@@ -158,6 +158,16 @@ func TestGatewayRecipes(t *testing.T) {
 			resp := get(t, bob, base+"/api/items", map[string]string{"X-Forwarded-For": "127.0.0.2"})
 			assert.Equal(t, http.StatusOK, resp.StatusCode)
 			assert.Equal(t, int64(6), hitsOf("api"))
+			// Nor do client-set original-request headers: alice claiming
+			// her /api/ request was for /static/ (by either header name
+			// Tollgate reads) stays refused, and the upstream is not reached.
+			for _, forged := range []map[string]string{
+				{"X-Original-URI": "/static/x", "X-Original-Method": "GET"},
+				{"X-Forwarded-Uri": "/static/x", "X-Forwarded-Method": "GET"},
+			} {
+				assert.Equal(t, http.StatusTooManyRequests, get(t, alice, base+"/api/items", forged).StatusCode, "forged %v", forged)
+			}
+			assert.Equal(t, int64(6), hitsOf("api"))
 
 			// 200 concurrent clients on one key: exactly the limit passes.
 			const n = 200
