@@ -168,6 +168,12 @@ func TestGatewayRecipes(t *testing.T) {
 				assert.Equal(t, http.StatusTooManyRequests, get(t, alice, base+"/api/items", forged).StatusCode, "forged %v", forged)
 			}
 			assert.Equal(t, int64(6), hitsOf("api"))
+			// Path tricks where an upstream may serve /api/ while a naive
+			// match sees another path are counted as /api/: alice stays
+			// refused (";x" is dropped as servlet containers do).
+			for _, trick := range []string{"/%61pi/items", "//api/items", "/static/../api/items", "/static/%2e%2e/api/items", "/api;x/items", "/./api/items", "/api%2Fitems"} {
+				assert.Equal(t, http.StatusTooManyRequests, get(t, alice, base+trick, nil).StatusCode, trick)
+			}
 
 			// 200 concurrent clients on one key: exactly the limit passes.
 			const n = 200

@@ -186,14 +186,24 @@ var ErrBadPath = errors.New("gateway: request path")
 
 // RequestPath returns the path of a request target (origin form: a path
 // with an optional query), percent-decoded and cleaned as a server
-// resolving it would: dot segments resolved, repeated slashes folded, a
-// final slash kept. A target that is not an absolute path, an invalid
-// escape and a decoded control character are ErrBadPath.
+// resolving it would: ";" parameters of each segment dropped (as servlet
+// containers and Spring do: "/api;x/items" is served as "/api/items", so
+// it must be counted as that), dot segments resolved, repeated slashes
+// folded, a final slash kept. An encoded "%3B" is a literal semicolon and
+// stays. A target that is not an absolute path, an invalid escape and a
+// decoded control character are ErrBadPath.
 func RequestPath(target string) (string, error) {
 	p, _, _ := strings.Cut(target, "?")
 	p, _, _ = strings.Cut(p, "#")
 	if !strings.HasPrefix(p, "/") {
 		return "", fmt.Errorf("%w: %q is not an absolute path", ErrBadPath, target)
+	}
+	if strings.Contains(p, ";") {
+		segs := strings.Split(p, "/")
+		for i, seg := range segs {
+			segs[i], _, _ = strings.Cut(seg, ";")
+		}
+		p = strings.Join(segs, "/")
 	}
 	dec, err := url.PathUnescape(p)
 	if err != nil {

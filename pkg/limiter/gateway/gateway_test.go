@@ -52,6 +52,10 @@ func TestRequestPath(t *testing.T) {
 		"/":                   "/",
 		"/a%2Fb":              "/a/b",
 		"/api/%2e%2e/static/": "/static/",
+		"/api;x/items":        "/api/items",
+		"/api;a=1;b/x;y/":     "/api/x/",
+		"/static/..;x/api/x":  "/api/x",
+		"/api%3Bx/items":      "/api;x/items",
 	} {
 		got, err := gateway.RequestPath(target)
 		require.NoError(t, err, target)
