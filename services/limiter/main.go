@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -25,7 +26,11 @@ import (
 func main() {
 	gin.SetMode(gin.ReleaseMode)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := exitCode(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr), os.Stderr)
+	args := os.Args[1:]
+	if filepath.Base(os.Args[0]) == config.PeerProgram { // the image's /bin/ratelimit
+		args = append([]string{"--envoy-compat-env"}, args...)
+	}
+	code := exitCode(run(ctx, args, os.Getenv, os.Stdout, os.Stderr), os.Stderr)
 	stop()
 	os.Exit(code)
 }

@@ -69,9 +69,11 @@ func (w *watched) limit(t *testing.T, domain string) uint32 {
 // until waits, generously, for domain to report want.
 func (w *watched) until(t *testing.T, step, domain string, want uint32) {
 	t.Helper()
+	start := time.Now()
 	if !assert.Eventually(t, func() bool { return w.limit(t, domain) == want }, 20*time.Second, 10*time.Millisecond) {
 		t.Fatalf("%s: %s reports %d, want %d", step, domain, w.limit(t, domain), want)
 	}
+	t.Logf("%s: applied after %v", step, time.Since(start).Round(time.Millisecond))
 }
 
 // logged waits, generously, for a log line holding s.
@@ -154,4 +156,75 @@ func TestEnvoyWatchSurvivesTheFolderReplacedAndHalfWrittenFiles(t *testing.T) {
 	require.NoError(t, os.RemoveAll(parent))
 	w.logged(t, "no longer watched")
 	assert.Contains(t, w.logs.matching("no longer watched")[0], "level=WARN")
+}
+
+// envoyproxy/ratelimit's runtime layout puts the swapped link above the
+// rules folder: RUNTIME_ROOT/current -> v1, rules in current/config. A
+// swap of current (ln -s v2 tmp && mv -T tmp current) left the limit at
+// v1's: only a link at the watched path itself was followed.
+func TestEnvoyWatchFollowsTheRuntimeRootLayout(t *testing.T) {
+	root := t.TempDir()
+	for v, perMinute := range map[string]int{"v1": 5, "v2": 50, "v3": 60} {
+		writeFile(t, filepath.Join(root, v, "config", "a.yaml"), envoyRule("alpha", perMinute))
+	}
+	require.NoError(t, os.Symlink("v1", filepath.Join(root, "current")))
+	w := watchFolder(t, filepath.Join(root, "current", "config"))
+	require.Equal(t, uint32(5), w.limit(t, "alpha"))
+
+	swapLink(t, "v2", filepath.Join(root, "current"))
+	w.until(t, "current swapped to v2", "alpha", 50)
+	require.NoError(t, os.RemoveAll(filepath.Join(root, "v1")))
+	swapLink(t, "v3", filepath.Join(root, "current"))
+	w.until(t, "current swapped to v3", "alpha", 60)
+	writeFile(t, filepath.Join(root, "v3", "config", "b.yaml"), envoyRule("beta", 3))
+	w.until(t, "a file written in v3's config", "beta", 3)
+	writeFile(t, filepath.Join(root, "v2", "config", "b.yaml"), envoyRule("beta", 4))
+	writeFile(t, filepath.Join(root, "v3", "config", "c.yaml"), envoyRule("gamma", 1))
+	w.until(t, "a later file in v3's config", "gamma", 1)
+	assert.Equal(t, uint32(3), w.limit(t, "beta"), "v2, no longer current, is not read")
+}
+
+// A subfolder of a Kubernetes ConfigMap mount (items with path
+// config/a.yaml) is the link config -> ..data/config, ..data swapped to a
+// new timestamped folder on each update.
+func TestEnvoyWatchFollowsAConfigMapSubfolder(t *testing.T) {
+	mount := t.TempDir()
+	writeFile(t, filepath.Join(mount, "..2026_01_01_00_00_00.1", "config", "a.yaml"), envoyRule("alpha", 5))
+	require.NoError(t, os.Symlink("..2026_01_01_00_00_00.1", filepath.Join(mount, "..data")))
+	require.NoError(t, os.Symlink(filepath.Join("..data", "config"), filepath.Join(mount, "config")))
+	w := watchFolder(t, filepath.Join(mount, "config"))
+	require.Equal(t, uint32(5), w.limit(t, "alpha"))
+
+	for i, perMinute := range []int{8, 11} {
+		next := fmt.Sprintf("..2026_01_0%d_00_00_00.%d", i+2, i+2)
+		writeFile(t, filepath.Join(mount, next, "config", "a.yaml"), envoyRule("alpha", perMinute))
+		old, err := os.Readlink(filepath.Join(mount, "..data"))
+		require.NoError(t, err)
+		swapLink(t, next, filepath.Join(mount, "..data"))
+		require.NoError(t, os.RemoveAll(filepath.Join(mount, old)))
+		w.until(t, "..data swapped to "+next, "alpha", uint32(perMinute))
+	}
+}
+
+// A chain of two links on the path: outer -> inner -> v1, rules in
+// outer/config. Swapping either link applies the folder it names now.
+func TestEnvoyWatchFollowsAChainOfTwoLinks(t *testing.T) {
+	root := t.TempDir()
+	for v, perMinute := range map[string]int{"v1": 5, "v2": 6, "v3": 7} {
+		writeFile(t, filepath.Join(root, v, "config", "a.yaml"), envoyRule("alpha", perMinute))
+	}
+	require.NoError(t, os.Symlink("v1", filepath.Join(root, "inner")))
+	require.NoError(t, os.Symlink("inner", filepath.Join(root, "outer")))
+	w := watchFolder(t, filepath.Join(root, "outer", "config"))
+	require.Equal(t, uint32(5), w.limit(t, "alpha"))
+
+	swapLink(t, "v2", filepath.Join(root, "inner"))
+	w.until(t, "inner swapped to v2", "alpha", 6)
+	require.NoError(t, os.Symlink("v3", filepath.Join(root, "other")))
+	swapLink(t, filepath.Join(root, "other"), filepath.Join(root, "outer"))
+	w.until(t, "outer swapped to other -> v3", "alpha", 7)
+	swapLink(t, "v1", filepath.Join(root, "inner"))
+	writeFile(t, filepath.Join(root, "v3", "config", "b.yaml"), envoyRule("beta", 2))
+	w.until(t, "a file written in v3's config", "beta", 2)
+	assert.Equal(t, uint32(7), w.limit(t, "alpha"), "inner is no longer on the path")
 }

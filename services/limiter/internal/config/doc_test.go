@@ -17,14 +17,14 @@ import (
 func TestConfigurationDocListsEverySetting(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join("..", "..", "..", "..", "docs", "configuration.md"))
 	require.NoError(t, err)
-	all := append([]setting{configSetting}, settings...)
+	all := append([]setting{configSetting, compatSetting}, settings...)
 	for _, s := range all {
 		def := "`" + s.def + "`"
 		if s.def == "" {
 			def = "none"
 		}
 		where := "YAML `" + s.yamlKey() + "`"
-		if s.name == configSetting.name {
+		if s.name == configSetting.name || s.name == compatSetting.name {
 			where = "never in the file itself"
 		}
 		want := "- `--" + s.name + "` (`" + s.env() + "`, " + where + "; default " + def + "): "

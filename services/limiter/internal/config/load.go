@@ -358,7 +358,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {}
 	flags := make(map[string]*string, len(settings)+1)
-	for _, s := range append([]setting{configSetting}, settings...) {
+	for _, s := range append([]setting{configSetting, compatSetting}, settings...) {
 		flags[s.name] = fs.String(s.name, "", s.help)
 		if s.def == "false" { // a switch: --name alone means true
 			fs.Lookup(s.name).Value = switchFlag{flags[s.name]}
@@ -375,6 +375,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	if compat := getenv(compatSetting.env()); given[compatSetting.name] && *flags[compatSetting.name] != "false" || compat != "" && compat != "false" {
+		var err error
+		if getenv, err = compatGetenv(getenv); err != nil {
+			return Config{}, err
+		}
+	}
 	from := map[string]source{} // setting name -> the source of its value
 
 	c := Config{Live: Live{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}}
@@ -454,7 +460,7 @@ with --config, or its default (the defaults reproduce the seed notes: /ping 3 pe
 
 Flags:
 `)
-	for _, s := range append([]setting{configSetting}, settings...) {
+	for _, s := range append([]setting{configSetting, compatSetting}, settings...) {
 		def := s.def
 		if def == "" {
 			def = "none"
