@@ -41,7 +41,7 @@ const (
 	noDebug       = "Tollgate has no debug listener (the peer's `/rlconfig`, pprof); `/metrics` is on `PORT`, or `PROMETHEUS_ADDR`"
 	noMemcache    = "read only with `BACKEND_TYPE=memcache`, which is refused"
 	noPerSecond   = "read only with `REDIS_PERSECOND=true`, which is refused"
-	noTracing     = "accepted and ignored until tracing lands: Tollgate exports no traces yet"
+	noTracing     = "read only with `TRACING_ENABLED=true`, which is refused"
 	backoff       = "Tollgate reconnects to the xDS server with its own backoff; the running rules stay meanwhile"
 	pipelining    = "batching only: Tollgate sends each decision as one script call, so decisions are the same"
 	startDegraded = "Tollgate starts while Redis is down, answering each policy's `on_store_error` and `/readyz` 503 until Redis answers"
@@ -49,7 +49,7 @@ const (
 
 // peerVars is the mapping from envoyproxy/ratelimit's environment to
 // Tollgate's, taken from envoyproxy/ratelimit f2fb157
-// (src/settings/settings.go). docs/envoy.md's table is tested against it.
+// (src/settings/settings.go).
 var peerVars = []peerVar{
 	{name: "HOST", def: "0.0.0.0", to: "`--addr` (HOST:PORT); `/healthcheck` answers as `/readyz`"},
 	{name: "PORT", def: "8080", to: "`--addr` (HOST:PORT)"},
@@ -160,7 +160,7 @@ var peerVars = []peerVar{
 	{name: "QUOTA_MODE", def: "false", to: "`--envoy-quota-mode`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", to: "`--envoy-response-dynamic-metadata`"},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", to: "`--envoy-merge-domain-config`"},
-	{name: "TRACING_ENABLED", def: "false", ignored: noTracing},
+	{name: "TRACING_ENABLED", def: "false", refused: "Tollgate exports no traces yet: tracing would be silently off"},
 	{name: "TRACING_SERVICE_NAME", def: "RateLimit", ignored: noTracing},
 	{name: "TRACING_SERVICE_NAMESPACE", ignored: noTracing},
 	{name: "TRACING_SERVICE_INSTANCE_ID", ignored: noTracing},

@@ -186,6 +186,8 @@ func New(o Options) (*gin.Engine, error) {
 	}
 	get("/healthz", func(c *gin.Context) { c.JSON(http.StatusOK, gin.H{"status": "ok"}) })
 	get("/readyz", h.serve(h.handleReady))
+	// envoyproxy/ratelimit's readiness path, which Envoy Gateway probes.
+	get("/healthcheck", h.serve(h.handleReady))
 	get("/openapi.json", handleOpenAPI)
 	if o.Listener != InternalRoutes {
 		get("/ping", h.serve(h.handlePing))

@@ -87,8 +87,14 @@ func TestHealthAndReadiness(t *testing.T) {
 	require.Equal(t, http.StatusOK, w.Code)
 	assert.Equal(t, map[string]any{"status": "ready"}, decode(t, w))
 
+	// envoyproxy/ratelimit's path, probed by Envoy Gateway, answers alike.
+	w = s.do(req{method: http.MethodGet, target: "/healthcheck"})
+	require.Equal(t, http.StatusOK, w.Code)
+	assert.Equal(t, map[string]any{"status": "ready"}, decode(t, w))
+
 	draining = true
 	assertProblem(t, s.do(req{method: http.MethodGet, target: "/readyz"}), http.StatusServiceUnavailable, "unavailable")
+	assertProblem(t, s.do(req{method: http.MethodGet, target: "/healthcheck"}), http.StatusServiceUnavailable, "unavailable")
 }
 
 func TestUnknownRoutesAndMethods(t *testing.T) {
