@@ -19,7 +19,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -33,7 +33,7 @@ import (
 // labels), which no process exports.
 var (
 	externalMetrics = []string{"up"}
-	externalLabels  = []string{"job", "instance", labels.MetricName}
+	externalLabels  = []string{"job", "instance", model.MetricNameLabel}
 )
 
 // grafanaVars stands for the dashboard's variables, so that its
