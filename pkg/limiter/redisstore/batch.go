@@ -84,8 +84,16 @@ type job struct {
 	val    []int64
 	err    error
 	o      outcome
+	trip   trip
 	done   chan struct{}
 	state  atomic.Int32
+}
+
+// trip is what a call's round trips were, for a limiter.StoreObserver.
+type trip struct {
+	node              *redis.Client // the node that answered last; nil: none
+	batch             int           // calls in its first round trip, itself included
+	redirects, resent int
 }
 
 // newBatcher starts flushers flushers that send up to maxBatch calls per
@@ -116,8 +124,9 @@ func newBatcher(r router, lag *lagMonitor, timeout, probeTimeout time.Duration, 
 // within the I/O timeout, and Redis has counted the attempt: throwing the
 // decision away would spend the budget on nobody), unless ctx is cancelled:
 // the caller has gone. It also returns the round trip's outcome, for a
-// probe's bookkeeping.
-func (b *batcher) run(ctx context.Context, script *redis.Script, key string, args []any, probe bool) ([]int64, outcome, error) {
+// probe's bookkeeping, and sets *t, when t is not nil, to what the call's
+// round trips were.
+func (b *batcher) run(ctx context.Context, script *redis.Script, key string, args []any, probe bool, t *trip) ([]int64, outcome, error) {
 	if ctx.Err() != nil {
 		return nil, abandoned, notSent(ctx)
 	}
@@ -131,7 +140,7 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 	}
 	select {
 	case <-j.done:
-		return j.val, j.o, j.err
+		return j.result(t)
 	case <-ctx.Done():
 	}
 	if j.state.CompareAndSwap(queued, dropped) {
@@ -139,9 +148,18 @@ func (b *batcher) run(ctx context.Context, script *redis.Script, key string, arg
 	}
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		<-j.done // sent: bounded by the I/O timeout
-		return j.val, j.o, j.err
+		return j.result(t)
 	}
 	return nil, abandoned, ctx.Err()
+}
+
+// result returns j's answer once done, and its trip in *t when t is not
+// nil.
+func (j *job) result(t *trip) ([]int64, outcome, error) {
+	if t != nil {
+		*t = j.trip
+	}
+	return j.val, j.o, j.err
 }
 
 // loop is one flusher: it takes the first queued call, whatever else is
@@ -220,6 +238,9 @@ func (b *batcher) send(node *redis.Client, jobs []*job) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	cmds := make([]*redis.Cmd, len(jobs))
+	for _, j := range jobs {
+		j.trip = trip{node: node, batch: len(jobs)}
+	}
 	if len(jobs) == 1 {
 		cmds[0] = runScript(ctx, node, false, jobs[0].script, jobs[0].keys, jobs[0].args...)
 	} else {
@@ -233,6 +254,7 @@ func (b *batcher) send(node *redis.Client, jobs []*job) {
 		for i, j := range jobs {
 			if err := cmds[i].Err(); redis.HasErrorPrefix(err, "NOSCRIPT") || redis.IsReadOnlyError(err) {
 				cmds[i] = runScript(ctx, node, false, j.script, j.keys, j.args...)
+				j.trip.resent++
 			}
 		}
 	}
@@ -250,6 +272,8 @@ func (b *batcher) send(node *redis.Client, jobs []*job) {
 		redirected = true
 		_ = follow(ctx, b.router, b.report, b.classify, node, cmds[i].Err(), func(ctx context.Context, to *redis.Client, asking bool) error {
 			cmds[i] = runScript(ctx, to, asking, j.script, j.keys, j.args...)
+			j.trip.node = to
+			j.trip.redirects++
 			return cmds[i].Err()
 		})
 	}

@@ -69,6 +69,10 @@ func TestPipelineReloadsFlushedScripts(t *testing.T) {
 	jobs := []*job{fixedJob(key), fixedJob(key), fixedJob(key)}
 	b.flush(jobs)
 	assert.Equal(t, []int64{1, 2, 3}, counts(t, jobs))
+	for i, j := range jobs {
+		assert.Equal(t, trip{node: j.trip.node, batch: 3, resent: 1}, j.trip, "job %d: one pipeline of three, then sent again alone", i)
+		assert.NotNil(t, j.trip.node, "job %d", i)
+	}
 }
 
 // A call whose caller left before its batch was sent is dropped: never sent,

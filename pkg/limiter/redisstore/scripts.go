@@ -4,6 +4,8 @@ import (
 	_ "embed" // the scripts
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/tollgate/tollgate/pkg/limiter"
 )
 
 // The scripts live in lua/*.lua, embedded in the binary (a missing file is a
@@ -100,3 +102,18 @@ var tokenBucketScript = redis.NewScript(prelude + tokenBucketLua)
 // resetScript deletes KEYS and returns {units of their window counts and
 // event costs, then the value of each bucket} (see resetUnits).
 var resetScript = redis.NewScript(resetLua)
+
+// scriptName names a decision script, as limiter.StoreCall.Script.
+func scriptName(s *redis.Script) string {
+	switch s {
+	case fixedWindowScript:
+		return string(limiter.FixedWindow)
+	case slidingWindowScript:
+		return string(limiter.SlidingWindow)
+	case slidingLogScript:
+		return string(limiter.SlidingLog)
+	case tokenBucketScript:
+		return string(limiter.TokenBucket)
+	}
+	return ""
+}

@@ -346,10 +346,16 @@ func (s *Store) eval(ctx context.Context, op string, script *redis.Script, key s
 		return nil, fmt.Errorf("redisstore: %s: %w", op, limiter.ErrClosed)
 	}
 	probe, ok := s.breaker.acquire()
+	var t *trip
+	if obs := limiter.StoreObserverOf(ctx); obs != nil {
+		t = new(trip)
+		state, _ := s.breaker.status()
+		defer s.observe(obs, script, state, t)
+	}
 	if !ok {
 		return nil, fmt.Errorf("redisstore: %s: circuit breaker open: %w", op, limiter.ErrUnavailable)
 	}
-	v, o, err := s.batch.run(ctx, script, key, args, probe)
+	v, o, err := s.batch.run(ctx, script, key, args, probe, t)
 	if probe {
 		s.breaker.probed(o)
 	}
@@ -357,6 +363,16 @@ func (s *Store) eval(ctx context.Context, op string, script *redis.Script, key s
 		err = fmt.Errorf("script returned %d values, want %d", len(v), n)
 	}
 	return v, s.wrap(op, err)
+}
+
+// observe tells obs of one script call on its way out: script, the
+// breaker's state when the call asked it, the call's round trips t.
+func (s *Store) observe(obs limiter.StoreObserver, script *redis.Script, breaker BreakerState, t *trip) {
+	call := limiter.StoreCall{Batch: t.batch, Script: scriptName(script), Redirects: t.redirects, Resent: t.resent, Breaker: breaker.String()}
+	if t.node != nil {
+		call.Node = s.router.name(t.node)
+	}
+	obs.ObserveStore(call)
 }
 
 // direct runs fn through the breaker with the I/O timeout (the probe timeout

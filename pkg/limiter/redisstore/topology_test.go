@@ -216,9 +216,11 @@ func slotMigration(t *testing.T, c *redistest.Cluster, stores []*Store, prefix s
 		mu       sync.Mutex
 		counts   = map[string]int64{}
 		failures []error
+		heard    heard // what the decisions told their observer
 	)
+	ctx := limiter.WithStoreObserver(context.Background(), &heard)
 	attempt := func(s *Store, scope string) {
-		d, err := s.Allow(context.Background(), p, limiter.Request{Key: key(scope), Cost: 1, Now: base})
+		d, err := s.Allow(ctx, p, limiter.Request{Key: key(scope), Cost: 1, Now: base})
 		mu.Lock()
 		defer mu.Unlock()
 		switch {
@@ -271,4 +273,11 @@ func slotMigration(t *testing.T, c *redistest.Cluster, stores []*Store, prefix s
 		assert.Equal(t, int64(1), exists, "scope %s's key on the new owner %s", scope, to)
 	}
 	assert.Greater(t, counts["busy-0"], int64(0), "decisions ran during the move")
+	redirected := map[string]bool{}
+	for _, c := range heard.take() {
+		if c.Redirects > 0 {
+			redirected[c.Node] = true
+		}
+	}
+	assert.Equal(t, map[string]bool{to: true}, redirected, "the redirected decisions say so, naming the node they were sent on to")
 }

@@ -542,6 +542,9 @@ func (s *Store) submit(ctx context.Context, what string, o op) (result, error) {
 		if res.err != nil {
 			return result{}, fmt.Errorf("sqlitestore: %s: %w", what, res.err)
 		}
+		if obs := limiter.StoreObserverOf(ctx); obs != nil && res.batch > 0 {
+			obs.ObserveStore(limiter.StoreCall{Batch: res.batch})
+		}
 		return res, nil
 	case <-ctx.Done():
 		// q is not reused: the writer may still answer on its buffered

@@ -683,3 +683,65 @@ func TestWALStaysBounded(t *testing.T) {
 	t.Logf("WAL %d bytes after %d decisions in %d batches (%.1f per batch)",
 		fi.Size(), st.Applied, st.Batches, float64(st.Applied)/float64(st.Batches))
 }
+
+// batchHeard is a limiter.StoreObserver that keeps the batch sizes it
+// hears.
+type batchHeard struct {
+	mu      sync.Mutex
+	batches []int
+}
+
+func (h *batchHeard) ObserveStore(c limiter.StoreCall) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.batches = append(h.batches, c.Batch)
+}
+
+// A request made with an observer on its context tells it how many
+// requests shared its transaction: all those lined up behind the write
+// lock, one for a request alone, one each when a failed batch was replayed
+// one request at a time; a peek (read pool, no transaction) tells nothing.
+func TestObserverHearsTheBatch(t *testing.T) {
+	s, path := newStore(t, sqlitestore.WithBusyTimeout(time.Minute))
+	fixed := policy("fixed", limiter.FixedWindow, 10)
+	k := limiter.Key{Subject: "u"}
+	const n = 5
+	heard := make([]batchHeard, n)
+	_, errs := lineUp(t, s, path, n, func(i int) (limiter.Decision, error) {
+		return s.Allow(limiter.WithStoreObserver(context.Background(), &heard[i]), fixed, limiter.Request{Key: k, Cost: 1, Now: t0})
+	})
+	for i := range n {
+		require.NoError(t, errs[i])
+		assert.Equal(t, []int{n}, heard[i].batches, "request %d", i)
+	}
+	var alone batchHeard
+	ctx := limiter.WithStoreObserver(context.Background(), &alone)
+	_, err := s.Allow(ctx, fixed, limiter.Request{Key: k, Cost: 1, Now: t0})
+	require.NoError(t, err)
+	_, err = s.Peek(ctx, fixed, k, t0)
+	require.NoError(t, err)
+	assert.Equal(t, []int{1}, alone.batches)
+
+	db := rawDB(t, path)
+	_, err = db.Exec(`CREATE TRIGGER poison BEFORE INSERT ON rate_events WHEN NEW.user_id = 'poison'
+		BEGIN SELECT RAISE(ABORT, 'poisoned'); END`)
+	require.NoError(t, err)
+	log := policy("log", limiter.SlidingLog, 10)
+	replayed := make([]batchHeard, n)
+	_, errs = lineUp(t, s, path, n, func(i int) (limiter.Decision, error) {
+		subject := "l"
+		if i == 2 {
+			subject = "poison"
+		}
+		return s.Allow(limiter.WithStoreObserver(context.Background(), &replayed[i]), log, limiter.Request{Key: limiter.Key{Subject: subject}, Cost: 1, Now: t0})
+	})
+	for i := range n {
+		if i == 2 {
+			assert.ErrorContains(t, errs[i], "poisoned")
+			assert.Empty(t, replayed[i].batches, "a failed request tells nothing")
+			continue
+		}
+		require.NoError(t, errs[i])
+		assert.Equal(t, []int{1}, replayed[i].batches, "request %d, replayed alone", i)
+	}
+}

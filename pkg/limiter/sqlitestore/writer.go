@@ -58,9 +58,10 @@ func (o *op) take() bool {
 func (o *op) abandon() bool { return atomic.CompareAndSwapUint32(&o.state, opQueued, opAbandoned) }
 
 type result struct {
-	d   limiter.Decision
-	n   int64
-	err error
+	d     limiter.Decision
+	n     int64
+	err   error
+	batch int // the requests committed in the request's transaction
 }
 
 // writer owns the store's one write connection and its statements.
@@ -302,6 +303,10 @@ func (w *writer) apply(batch []*op) bool {
 		for _, o := range batch {
 			o.res = result{err: fmt.Errorf("commit: %w", unavailable(err))}
 		}
+		return true
+	}
+	for _, o := range batch {
+		o.res.batch = len(batch)
 	}
 	return true
 }
