@@ -153,6 +153,15 @@ type Config struct {
 	LogFormat                                                             string // "text" or "json"
 	// AccessLog says which requests get an INFO line (--access-log).
 	AccessLog AccessLog
+	// Tracing exports OpenTelemetry traces; everything else about them is
+	// read from the OTEL_* variables (internal/telemetry).
+	Tracing bool
+	// TracingClientKey puts the client key on the decision spans.
+	TracingClientKey bool
+	// TracingPeer is what envoyproxy/ratelimit's TRACING_* variables say,
+	// over the OTEL_* variables they stand for; nil but with
+	// --envoy-compat-env.
+	TracingPeer *PeerTracing
 	// OffendersWindow is the interval of GET /admin/offenders: it reports
 	// the keys refused most in the current and the previous interval.
 	OffendersWindow time.Duration
@@ -265,6 +274,8 @@ func (c Config) LogValue() slog.Value {
 		slog.Duration("offenders_window", c.OffendersWindow),
 		slog.Bool("offenders_raw_keys", c.OffendersRawKeys),
 		slog.Any("tls", c.tlsLogValue()),
+		slog.Bool("tracing", c.Tracing),
+		slog.Bool("tracing_client_key", c.TracingClientKey),
 		slog.Any("policies", PoliciesLogValue(c.Policies)),
 		slog.Any("routes", c.RoutePolicies),
 	)

@@ -150,7 +150,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"envoy-limit-limit-header": "X-L", "envoy-limit-remaining-header": "X-R", "envoy-limit-reset-header": "X-T",
 		"audit-retention": "2h", "sqlite-disk-reserve": "1024", "max-key-bytes": "100",
 		"sliding-log-max-limit": "20", "envoy-allow-empty-reload": "true", "api-keys-allow-empty": "true",
-		"access-log":       "refusals",
+		"access-log": "refusals", "tracing": "true", "tracing-client-key": "true",
 		"envoy-xds-server": "127.0.0.1:18000", "envoy-xds-node-id": "node-7", "envoy-xds-tls": "true",
 		"envoy-xds-tls-ca": apiKeys, "envoy-xds-tls-cert": apiKeys, "envoy-xds-tls-key": apiKeys, "envoy-xds-tls-server-name": "xds.example",
 		"tls-cert": tlsAll.Cert, "tls-key": tlsAll.Key, "tls-client-ca": tlsAll.ClientCA,
@@ -207,6 +207,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.True(t, c.EnvoyXDSTLS)
 		assert.True(t, c.APIKeysAllowEmpty)
 		assert.Equal(t, AccessLogRefusals, c.AccessLog)
+		assert.Equal(t, []bool{true, true}, []bool{c.Tracing, c.TracingClientKey})
 		assert.Equal(t, []tlsfiles.Files{tlsAll, tlsInternal, tlsGRPC}, []tlsfiles.Files{c.TLS, c.InternalTLS, c.GRPCTLS})
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")

@@ -264,6 +264,8 @@ var settings = []setting{
 		c.LogFormat = v
 		return nil
 	}},
+	{"tracing", "false", "export OpenTelemetry traces over OTLP: a span per request (W3C traceparent of the caller's span accepted on HTTP, forward-auth and gRPC), per policy decision and per store call. The exporter, its endpoint and protocol, the sampler and the resource are the standard OTEL_* variables (docs/tracing.md); off: no exporter, no span, nothing read from them", boolSetter(func(c *Config) *bool { return &c.Tracing })},
+	{"tracing-client-key", "false", "with --tracing: put the client key on each decision span (tollgate.key). Keys are personal data (user ids, addresses, API keys): off, no span carries one", boolSetter(func(c *Config) *bool { return &c.TracingClientKey })},
 	{"tls-cert", "", "PEM certificate chain (leaf first) served by every listener (--addr, --internal-addr, --grpc-addr): HTTPS and gRPC over TLS, 1.2 at least; re-read on the first handshake after the file changes. Empty: plain TCP", pathSetter(func(c *Config) *string { return &c.TLS.Cert })},
 	{"tls-key", "", "PEM private key of --tls-cert, re-read with it", pathSetter(func(c *Config) *string { return &c.TLS.Key })},
 	{"tls-client-ca", "", "PEM CA certificates for mutual TLS on every listener: a client must show a certificate one of them signed, or the handshake fails; re-read when the file changes. Empty: no client certificate asked for", pathSetter(func(c *Config) *string { return &c.TLS.ClientCA })},
@@ -375,15 +377,16 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var peerTracing *PeerTracing
 	if compat := getenv(compatSetting.env()); given[compatSetting.name] && *flags[compatSetting.name] != "false" || compat != "" && compat != "false" {
 		var err error
-		if getenv, err = compatGetenv(getenv); err != nil {
+		if getenv, peerTracing, err = compatGetenv(getenv); err != nil {
 			return Config{}, err
 		}
 	}
 	from := map[string]source{} // setting name -> the source of its value
 
-	c := Config{Live: Live{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}}
+	c := Config{Live: Live{Policies: defaultPolicies(), RoutePolicies: defaultRoutes()}, TracingPeer: peerTracing}
 	for _, s := range settings {
 		if err := s.set(&c, s.def); err != nil {
 			return Config{}, fmt.Errorf("config: default of --%s: %w", s.name, err)

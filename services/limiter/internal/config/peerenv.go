@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/url"
 	"path/filepath"
@@ -41,7 +42,6 @@ const (
 	noDebug       = "Tollgate has no debug listener (the peer's `/rlconfig`, pprof); `/metrics` is on `PORT`, or `PROMETHEUS_ADDR`"
 	noMemcache    = "read only with `BACKEND_TYPE=memcache`, which is refused"
 	noPerSecond   = "read only with `REDIS_PERSECOND=true`, which is refused"
-	noTracing     = "read only with `TRACING_ENABLED=true`, which is refused"
 	backoff       = "Tollgate reconnects to the xDS server with its own backoff; the running rules stay meanwhile"
 	pipelining    = "batching only: Tollgate sends each decision as one script call, so decisions are the same"
 	startDegraded = "Tollgate starts while Redis is down, answering each policy's `on_store_error` and `/readyz` 503 until Redis answers"
@@ -160,12 +160,46 @@ var peerVars = []peerVar{
 	{name: "QUOTA_MODE", def: "false", to: "`--envoy-quota-mode`"},
 	{name: "RESPONSE_DYNAMIC_METADATA", def: "false", to: "`--envoy-response-dynamic-metadata`"},
 	{name: "MERGE_DOMAIN_CONFIG", def: "false", to: "`--envoy-merge-domain-config`"},
-	{name: "TRACING_ENABLED", def: "false", refused: "Tollgate exports no traces yet: tracing would be silently off"},
-	{name: "TRACING_SERVICE_NAME", def: "RateLimit", ignored: noTracing},
-	{name: "TRACING_SERVICE_NAMESPACE", ignored: noTracing},
-	{name: "TRACING_SERVICE_INSTANCE_ID", ignored: noTracing},
-	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", ignored: noTracing},
-	{name: "TRACING_SAMPLING_RATE", def: "1", ignored: noTracing},
+	{name: "TRACING_ENABLED", def: "false", to: "`--tracing`"},
+	{name: "TRACING_SERVICE_NAME", def: "RateLimit", to: "the resource's `service.name`, over `OTEL_SERVICE_NAME`"},
+	{name: "TRACING_SERVICE_NAMESPACE", to: "the resource's `service.namespace`, over `OTEL_RESOURCE_ATTRIBUTES`"},
+	{name: "TRACING_SERVICE_INSTANCE_ID", to: "the resource's `service.instance.id`, over `OTEL_RESOURCE_ATTRIBUTES`; unset: a random UUID per process"},
+	{name: "TRACING_EXPORTER_PROTOCOL", def: "http", to: "`http`: OTLP `http/protobuf`, `grpc`: OTLP `grpc`, over `OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`; another is refused"},
+	{name: "TRACING_SAMPLING_RATE", def: "1", to: "the sampler `parentbased_traceidratio` with this ratio (1 or more: every trace, 0 or less: none), over `OTEL_TRACES_SAMPLER(_ARG)`"},
+}
+
+// PeerTracing is what envoyproxy/ratelimit's TRACING_* variables say:
+// the resource, the exporter's protocol and the sampler, each over the
+// OTEL_* variables that would say it otherwise.
+type PeerTracing struct {
+	// ServiceName, ServiceNamespace and ServiceInstanceID are the
+	// resource's service.name, service.namespace (empty: none) and
+	// service.instance.id (empty: a random UUID per process).
+	ServiceName, ServiceNamespace, ServiceInstanceID string
+	// Protocol is the OTLP protocol: "grpc" or "http/protobuf".
+	Protocol string
+	// SamplingRate is the ratio of the sampler parentbased_traceidratio,
+	// in [0, 1].
+	SamplingRate float64
+}
+
+// tracing reads the TRACING_* variables but TRACING_ENABLED.
+func (p peerEnv) tracing() (*PeerTracing, error) {
+	t := &PeerTracing{ServiceName: p.get("TRACING_SERVICE_NAME"), ServiceNamespace: p.get("TRACING_SERVICE_NAMESPACE"), ServiceInstanceID: p.get("TRACING_SERVICE_INSTANCE_ID")}
+	switch v := p.get("TRACING_EXPORTER_PROTOCOL"); v {
+	case "http":
+		t.Protocol = "http/protobuf"
+	case "grpc":
+		t.Protocol = "grpc"
+	default:
+		return nil, &Error{Field: "TRACING_EXPORTER_PROTOCOL", Reason: fmt.Sprintf("%q is not http or grpc", v)}
+	}
+	rate, err := strconv.ParseFloat(p.get("TRACING_SAMPLING_RATE"), 64)
+	if err != nil || math.IsNaN(rate) {
+		return nil, &Error{Field: "TRACING_SAMPLING_RATE", Reason: fmt.Sprintf("%q is not a number", p.get("TRACING_SAMPLING_RATE"))}
+	}
+	t.SamplingRate = min(max(rate, 0), 1) // as the peer's sampler takes it
+	return t, nil
 }
 
 // peerEnv is envoyproxy/ratelimit's environment read through getenv: a
@@ -193,14 +227,14 @@ func (p peerEnv) bool(name string) (bool, error) {
 // peerSettings reads envoyproxy/ratelimit's environment through getenv
 // and returns the Tollgate settings it stands for, by LIMITER_* variable,
 // each checked as Tollgate checks it, an error naming the peer's variable
-// otherwise. A refused variable set to anything but its default is an
-// error naming it.
-func peerSettings(getenv func(string) string) (map[string]string, error) {
+// otherwise, and what its TRACING_* variables say. A refused variable set
+// to anything but its default is an error naming it.
+func peerSettings(getenv func(string) string) (map[string]string, *PeerTracing, error) {
 	p := peerEnv{getenv: getenv, defs: map[string]string{}}
 	for _, v := range peerVars {
 		p.defs[v.name] = v.def
 		if val := getenv(v.name); v.refused != "" && val != "" && val != v.def {
-			return nil, &Error{Field: v.name, Reason: "refused (envoyproxy/ratelimit compatibility): " + v.refused}
+			return nil, nil, &Error{Field: v.name, Reason: "refused (envoyproxy/ratelimit compatibility): " + v.refused}
 		}
 	}
 	out := map[string]string{}
@@ -261,7 +295,7 @@ func peerSettings(getenv func(string) string) (map[string]string, error) {
 			put("envoy-xds-tls-server-name", p.get("CONFIG_GRPC_XDS_SERVER_TLS_SAN"), "CONFIG_GRPC_XDS_SERVER_TLS_SAN")
 		}
 	default:
-		return nil, &Error{Field: "CONFIG_TYPE", Reason: fmt.Sprintf("%q is refused (envoyproxy/ratelimit compatibility): Tollgate reads FILE or GRPC_XDS_SOTW", t)}
+		return nil, nil, &Error{Field: "CONFIG_TYPE", Reason: fmt.Sprintf("%q is refused (envoyproxy/ratelimit compatibility): Tollgate reads FILE or GRPC_XDS_SOTW", t)}
 	}
 	if tls, err := p.bool("GRPC_SERVER_USE_TLS"); err != nil || tls {
 		fail = errors.Join(fail, err)
@@ -278,17 +312,22 @@ func peerSettings(getenv func(string) string) (map[string]string, error) {
 		put("internal-addr", addr, "PROMETHEUS_ADDR")
 	}
 	if b := p.get("BACKEND_TYPE"); b != "redis" {
-		return nil, &Error{Field: "BACKEND_TYPE", Reason: fmt.Sprintf("%q is refused (envoyproxy/ratelimit compatibility): Tollgate's shared store is Redis", b)}
+		return nil, nil, &Error{Field: "BACKEND_TYPE", Reason: fmt.Sprintf("%q is refused (envoyproxy/ratelimit compatibility): Tollgate's shared store is Redis", b)}
 	}
 	put("store", "redis", "BACKEND_TYPE")
 	redisURL, err := p.redisURL()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	put("redis-url", redisURL, "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS")
 	put("redis-pool-size", p.get("REDIS_POOL_SIZE"), "REDIS_POOL_SIZE")
 	put("redis-timeout", p.get("REDIS_TIMEOUT"), "REDIS_TIMEOUT")
-	return out, fail
+	flag("tracing", "TRACING_ENABLED")
+	tracing, err := p.tracing()
+	if err != nil {
+		return nil, nil, err
+	}
+	return out, tracing, fail
 }
 
 // redisURL is Tollgate's --redis-url for the peer's REDIS_SOCKET_TYPE,
@@ -333,16 +372,17 @@ func (p peerEnv) redisURL() (string, error) {
 }
 
 // compatGetenv is getenv as Load reads it with --envoy-compat-env: a
-// LIMITER_* variable of a setting the peer has reads the peer's value.
-func compatGetenv(getenv func(string) string) (func(string) string, error) {
-	peer, err := peerSettings(getenv)
+// LIMITER_* variable of a setting the peer has reads the peer's value. It
+// also returns what the peer's TRACING_* variables say.
+func compatGetenv(getenv func(string) string) (func(string) string, *PeerTracing, error) {
+	peer, tracing, err := peerSettings(getenv)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	return func(name string) string {
 		if v, ok := peer[name]; ok {
 			return v
 		}
 		return getenv(name)
-	}, nil
+	}, tracing, nil
 }

@@ -74,3 +74,47 @@ func TestPeerEnvSetsTollgateSettings(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, strings.Contains(err.Error(), "BACKEND_TYPE"), err.Error())
 }
+
+// The peer's TRACING_* variables, with its defaults, turn tracing on and
+// say the resource, the protocol and the sampler, over LIMITER_TRACING;
+// a flag still wins; a protocol or rate the peer would not take stops the
+// start naming the variable. Outside compat mode they say nothing.
+func TestPeerTracing(t *testing.T) {
+	base := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "127.0.0.1:6379", "CONFIG_TYPE": "GRPC_XDS_SOTW"}
+	load := func(args []string, extra map[string]string) (Config, error) {
+		return Load(args, func(k string) string {
+			if v, ok := extra[k]; ok {
+				return v
+			}
+			return base[k]
+		})
+	}
+	c, err := load([]string{"--envoy-compat-env"}, map[string]string{"LIMITER_TRACING": "true"})
+	require.NoError(t, err)
+	assert.False(t, c.Tracing, "TRACING_ENABLED's default over LIMITER_TRACING")
+	assert.Equal(t, &PeerTracing{ServiceName: "RateLimit", Protocol: "http/protobuf", SamplingRate: 1}, c.TracingPeer, "the peer's defaults")
+
+	c, err = load([]string{"--envoy-compat-env"}, map[string]string{
+		"TRACING_ENABLED": "true", "TRACING_SERVICE_NAME": "rl", "TRACING_SERVICE_NAMESPACE": "edge",
+		"TRACING_SERVICE_INSTANCE_ID": "pod-1", "TRACING_EXPORTER_PROTOCOL": "grpc", "TRACING_SAMPLING_RATE": "0.25",
+	})
+	require.NoError(t, err)
+	assert.True(t, c.Tracing)
+	assert.Equal(t, &PeerTracing{ServiceName: "rl", ServiceNamespace: "edge", ServiceInstanceID: "pod-1", Protocol: "grpc", SamplingRate: 0.25}, c.TracingPeer)
+
+	c, err = load([]string{"--envoy-compat-env", "--tracing=false"}, map[string]string{"TRACING_ENABLED": "true", "TRACING_SAMPLING_RATE": "7"})
+	require.NoError(t, err)
+	assert.False(t, c.Tracing, "a flag over TRACING_ENABLED")
+	assert.InDelta(t, 1.0, c.TracingPeer.SamplingRate, 0, "a rate above 1 samples every trace, as the peer's sampler takes it")
+
+	for name, value := range map[string]string{"TRACING_EXPORTER_PROTOCOL": "http/json", "TRACING_SAMPLING_RATE": "half", "TRACING_ENABLED": "yes please"} {
+		_, err := load([]string{"--envoy-compat-env"}, map[string]string{name: value})
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), name)
+	}
+
+	c, err = load(nil, map[string]string{"TRACING_ENABLED": "true", "LIMITER_TRACING": "true"})
+	require.NoError(t, err)
+	assert.True(t, c.Tracing, "LIMITER_TRACING")
+	assert.Nil(t, c.TracingPeer, "outside compat mode the peer's variables say nothing")
+}
