@@ -73,6 +73,18 @@ var layerRules = []layerRule{
 		forbid: local("services/limiter/internal/config"),
 	},
 	{
+		why:    "the library imports no tracing framework: its stores tell a limiter.StoreObserver, which the service turns into spans",
+		from:   []string{"pkg/limiter/..."},
+		forbid: []string{"go.opentelemetry.io"},
+	},
+	{
+		why:    "in the service, only internal/telemetry (and its test receiver) imports OpenTelemetry: the transports and the decision layer call its seams",
+		from:   []string{"services/limiter/..."},
+		except: []string{"services/limiter/internal/telemetry", "services/limiter/internal/telemetry/otlptest"},
+		forbid: []string{"go.opentelemetry.io"},
+		direct: true,
+	},
+	{
 		why:    "atk and loadgen speak HTTP to a running service, like any client: they import nothing of the library or the service",
 		from:   []string{"tools/atk/...", "tools/loadgen/..."},
 		forbid: local("pkg", "services"),

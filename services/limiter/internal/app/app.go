@@ -18,7 +18,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/gin-gonic/gin"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
@@ -30,6 +29,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
+	"github.com/tollgate/tollgate/services/limiter/internal/telemetry"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 	"github.com/tollgate/tollgate/services/limiter/internal/xds"
 )
@@ -41,15 +41,18 @@ const probeTimeout = 5 * time.Second
 // Create it with New, run it with Serve, release it with Close. Its methods
 // are safe for concurrent use.
 type App struct {
-	cfg      config.Config
-	clock    limiter.Clock
-	log      *slog.Logger
-	stack    *storeStack // the configured store and what wraps it
-	engine   *gin.Engine // every route, or the public ones with --internal-addr
-	internal *gin.Engine // the internal listener's routes; nil without --internal-addr
-	pruned   prometheus.Counter
-	pruneErr prometheus.Counter
-	registry *prometheus.Registry // what /metrics serves
+	cfg   config.Config
+	clock limiter.Clock
+	log   *slog.Logger
+	stack *storeStack // the configured store and what wraps it
+	// engine serves every route, or the public ones with --internal-addr,
+	// and internal the internal listener's (nil without --internal-addr):
+	// the Gin engines, traced with --tracing.
+	engine, internal http.Handler
+	tracing          *telemetry.Tracing // --tracing; nil: off
+	pruned           prometheus.Counter
+	pruneErr         prometheus.Counter
+	registry         *prometheus.Registry // what /metrics serves
 
 	// The TLS of the public, internal and gRPC listeners; nil: plain TCP.
 	publicTLS, internalTLS, grpcTLS *tlsfiles.Reloader
@@ -123,12 +126,17 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 		a.clock = shiftedClock{clock: a.clock, d: a.clockOffset}
 		a.log.Warn("TEST ONLY: "+ClockOffsetEnv+" shifts this instance's clock; never set it in production", "offset", a.clockOffset.String())
 	}
+	if cfg.Tracing {
+		if a.tracing, err = telemetry.New(ctx, telemetry.Options{ClientKey: cfg.TracingClientKey, Peer: cfg.TracingPeer, Store: string(cfg.Store)}); err != nil {
+			return nil, err
+		}
+	}
 	a.registry = prometheus.NewRegistry()
-	if a.stack, err = openStack(cfg, cfg.RedisClientTime || !systemClock, a.registry, a.log); err != nil {
-		return nil, err
+	if a.stack, err = openStack(cfg, cfg.RedisClientTime || !systemClock, a.registry, a.log, a.tracing); err != nil {
+		return nil, errors.Join(err, a.shutdownTracing())
 	}
 	if err := a.build(ctx, rules); err != nil {
-		return nil, errors.Join(err, a.stack.bounded.Close())
+		return nil, errors.Join(err, a.stack.bounded.Close(), a.shutdownTracing())
 	}
 	a.stack.warnEviction(ctx, a.log)
 	return a, nil
@@ -204,17 +212,41 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 		EndpointFold:      a.cfg.EndpointFold,
 		AccessLog:         accessLog(a.cfg.AccessLog),
 	}
+	if a.tracing != nil {
+		opts.Trace = a.tracing.Gin
+	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
-		if a.internal, err = httpapi.New(opts); err != nil {
-			return fmt.Errorf("app: %w", err)
+		if a.internal, err = a.newEngine(opts); err != nil {
+			return err
 		}
 		opts.Listener = httpapi.PublicRoutes
 	}
-	if a.engine, err = httpapi.New(opts); err != nil {
-		return fmt.Errorf("app: %w", err)
+	a.engine, err = a.newEngine(opts)
+	return err
+}
+
+// newEngine returns the Gin engine of opts, traced with --tracing.
+func (a *App) newEngine(opts httpapi.Options) (http.Handler, error) {
+	e, err := httpapi.New(opts)
+	if err != nil {
+		return nil, fmt.Errorf("app: %w", err)
 	}
-	return nil
+	if a.tracing != nil {
+		return a.tracing.HTTP(e), nil
+	}
+	return e, nil
+}
+
+// shutdownTracing sends the spans still queued and stops the exporter,
+// within the shutdown timeout; without --tracing it does nothing.
+func (a *App) shutdownTracing() error {
+	if a.tracing == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	defer cancel()
+	return a.tracing.Shutdown(ctx)
 }
 
 // snapshot builds, validated whole, the snapshot of cfg's policies, routes,
@@ -232,6 +264,10 @@ func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot,
 		return nil, err
 	}
 	store := a.stack.forPolicies(cfg, policies)
+	var tracer decide.Tracer // a nil *telemetry.Tracing would be a Tracer
+	if a.tracing != nil {
+		tracer = a.tracing
+	}
 	snap, err := snapshot.New(snapshot.Parts{
 		Policies:    policies,
 		PingRoute:   cfg.RoutePolicies[config.RoutePing],
@@ -246,6 +282,7 @@ func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot,
 		DecisionAPI: decisionAPI(cfg),
 		Budget:      decisionBudget(a.cfg, store),
 		Gateway:     cfg.Gateway,
+		Tracer:      tracer,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
@@ -294,18 +331,13 @@ func (a *App) probe(ctx context.Context, store limiter.Store, policies []limiter
 	return nil
 }
 
-// Handler returns the HTTP handler (the Gin engine): every route, or with
-// --internal-addr the public ones.
+// Handler returns the HTTP handler (the Gin engine, traced with
+// --tracing): every route, or with --internal-addr the public ones.
 func (a *App) Handler() http.Handler { return a.engine }
 
 // InternalHandler returns the internal listener's handler, nil without
 // --internal-addr.
-func (a *App) InternalHandler() http.Handler {
-	if a.internal == nil {
-		return nil
-	}
-	return a.internal
-}
+func (a *App) InternalHandler() http.Handler { return a.internal }
 
 // Stopping returns a channel closed once the server has begun its graceful
 // shutdown: its listeners are closed and in-flight requests are finishing.
@@ -434,12 +466,14 @@ func (a *App) serveHTTP(ctx context.Context, ln net.Listener, h http.Handler, tl
 	return err
 }
 
-// Close closes the store. Call it after Serve has returned.
+// Close closes the store, then, with --tracing, sends the spans still
+// queued and stops the exporter. Call it after Serve has returned.
 func (a *App) Close() error {
-	if err := a.current.Load().Store.Close(); err != nil {
-		return fmt.Errorf("app: close store: %w", err)
+	var err error
+	if cerr := a.current.Load().Store.Close(); cerr != nil {
+		err = fmt.Errorf("app: close store: %w", cerr)
 	}
-	return nil
+	return errors.Join(err, a.shutdownTracing())
 }
 
 // Run is the whole service: New, listen on the configured address, Serve

@@ -97,6 +97,9 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
 	opts := grpcOptions(a.cfg)
+	if a.tracing != nil {
+		opts = append(opts, a.tracing.GRPC())
+	}
 	if a.grpcTLS != nil {
 		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/fallback"
+	"github.com/tollgate/tollgate/services/limiter/internal/telemetry"
 )
 
 // storeStack is the store the service decides on, built from the
@@ -45,15 +46,20 @@ type backend struct {
 
 // openStack opens the configured store and builds the stack above it,
 // registering every layer's metrics on reg. clientTime: see openBackend.
-// On error nothing is left open.
-func openStack(cfg config.Config, clientTime bool, reg prometheus.Registerer, log *slog.Logger) (*storeStack, error) {
+// With tracing (not nil) the store's own calls are traced. On error
+// nothing is left open.
+func openStack(cfg config.Config, clientTime bool, reg prometheus.Registerer, log *slog.Logger, tracing *telemetry.Tracing) (*storeStack, error) {
 	b, err := openBackend(cfg, clientTime, log)
 	if err != nil {
 		return nil, err
 	}
 	s := &storeStack{backend: b}
+	store := b.store
+	if tracing != nil {
+		store = tracing.Store(store)
+	}
 	// Every store, and the fallback's memory store, holds bounded keys.
-	if s.bounded, err = limiter.NewKeyBound(b.store, cfg.MaxKeyBytes); err != nil {
+	if s.bounded, err = limiter.NewKeyBound(store, cfg.MaxKeyBytes); err != nil {
 		return nil, errors.Join(&config.Error{Field: "max_key_bytes", Reason: err.Error()}, b.store.Close())
 	}
 	collectors := b.collectors

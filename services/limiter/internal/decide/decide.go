@@ -36,6 +36,19 @@ type Options struct {
 	// could not even be sent within it fails with limiter.ErrOverloaded:
 	// the request is shed.
 	Budget time.Duration
+	// Tracer traces each policy's decision; nil traces nothing.
+	Tracer Tracer
+}
+
+// Tracer traces the decisions of traced requests (internal/telemetry
+// makes a span of each). The decision layer knows nothing more of
+// tracing: with a nil Tracer it costs nothing.
+type Tracer interface {
+	// Decision is called before c is decided with the request's context.
+	// It returns the context to decide with and end, to be called with the
+	// outcome (err: the store could not decide), or a nil end when it
+	// traces nothing of this request.
+	Decision(ctx context.Context, c Check) (context.Context, func(Result, error))
 }
 
 // Decider decides requests on one store. It is immutable and safe for
@@ -46,6 +59,7 @@ type Decider struct {
 	metrics   *Metrics
 	offenders *Offenders
 	budget    time.Duration
+	tracer    Tracer
 	storeErr  prometheus.Counter
 	storeTime prometheus.Observer
 }
@@ -61,6 +75,7 @@ func New(o Options) (*Decider, error) {
 		metrics:   o.Metrics,
 		offenders: o.Offenders,
 		budget:    o.Budget,
+		tracer:    o.Tracer,
 		storeErr:  o.Metrics.storeErrors.WithLabelValues(o.StoreName),
 		storeTime: o.Metrics.duration.WithLabelValues(o.StoreName),
 	}, nil
@@ -213,10 +228,24 @@ func (d *Decider) Each(ctx context.Context, checks []Check, withHeader bool) (Ve
 	return v, nil
 }
 
-// decide runs one check at now: the store call and its timing, the
+// decide runs one check at now (see check), traced when the Decider has
+// a Tracer.
+func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Time) (Result, error) {
+	if d.tracer == nil {
+		return d.check(ctx, c, pc, now)
+	}
+	ctx, end := d.tracer.Decision(ctx, c)
+	r, err := d.check(ctx, c, pc, now)
+	if end != nil {
+		end(r, err)
+	}
+	return r, err
+}
+
+// check runs one check at now: the store call and its timing, the
 // decision's count (pc: the policy's counters when resolved in advance) and,
 // for an enforced refusal, the offender.
-func (d *Decider) decide(ctx context.Context, c Check, pc *counters, now time.Time) (Result, error) {
+func (d *Decider) check(ctx context.Context, c Check, pc *counters, now time.Time) (Result, error) {
 	var r Result
 	p := c.Policy
 	switch c.Mode {

@@ -63,6 +63,10 @@ type Options struct {
 	// over it a wrong key is answered 429, a valid one still passes. 0
 	// means DefaultAdminFailures.
 	AdminFailures int64
+	// Trace, when not nil, runs first on every request, its route
+	// matched: it names the request's trace span by the route
+	// (internal/telemetry). Nil: none.
+	Trace gin.HandlerFunc
 }
 
 // AccessLog says which requests the access log writes a line for.
@@ -171,6 +175,9 @@ func New(o Options) (*gin.Engine, error) {
 	// proxy keeps it harmless should a handler call it.
 	if err := e.SetTrustedProxies(nil); err != nil {
 		return nil, fmt.Errorf("httpapi: trusted proxies: %w", err)
+	}
+	if o.Trace != nil {
+		e.Use(o.Trace)
 	}
 	e.Use(h.requestID, h.observe, h.recover)
 	e.NoRoute(func(c *gin.Context) { h.writeProblem(c, fail(http.StatusNotFound, "no such route")) })

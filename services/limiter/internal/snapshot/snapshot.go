@@ -50,6 +50,8 @@ type Parts struct {
 	Budget time.Duration
 	// Gateway are the rules of /v1/forward-auth, in order; nil: none.
 	Gateway []gateway.Rule
+	// Tracer traces the decisions (decide.Options.Tracer); nil: none.
+	Tracer decide.Tracer
 }
 
 // Snapshot is one configuration in force. It is immutable.
@@ -123,7 +125,7 @@ func New(p Parts) (*Snapshot, error) {
 			return nil, err
 		}
 	}
-	dec, err := decide.New(decide.Options{Store: p.Store, StoreName: p.StoreName, Clock: p.Clock, Metrics: p.Metrics, Offenders: p.Offenders, Budget: p.Budget})
+	dec, err := decide.New(decide.Options{Store: p.Store, StoreName: p.StoreName, Clock: p.Clock, Metrics: p.Metrics, Offenders: p.Offenders, Budget: p.Budget, Tracer: p.Tracer})
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
 	}
