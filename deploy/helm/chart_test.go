@@ -299,6 +299,8 @@ func TestChartRefusesBadValues(t *testing.T) {
 		{"unknown algorithm", map[string]any{"policies": map[string]any{"api": map[string]any{"algorithm": "leaky", "limit": 5, "window": "1s"}}}, "algorithm"},
 		{"not a Redis URL", map[string]any{"store": "redis", "redis": map[string]any{"url": "http://redis:6379"}}, "url"},
 		{"a listener in config", map[string]any{"config": map[string]any{"addr": "0.0.0.0:9999"}}, "config.addr is set by the chart"},
+		{"tracing endpoint without a scheme", map[string]any{"tracing": map[string]any{"enabled": true, "endpoint": "collector:4317"}}, "endpoint"},
+		{"extra env without a name", map[string]any{"extraEnv": []any{map[string]any{"value": "grpc"}}}, "name"},
 		{"grace shorter than the shutdown", map[string]any{"terminationGracePeriodSeconds": 5}, "terminationGracePeriodSeconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -238,13 +238,17 @@ func (a *App) newEngine(opts httpapi.Options) (http.Handler, error) {
 	return e, nil
 }
 
+// tracingFlush bounds the time the spans still queued at stop have to
+// reach the collector: one that is down must not hold the stop long.
+const tracingFlush = 5 * time.Second
+
 // shutdownTracing sends the spans still queued and stops the exporter,
-// within the shutdown timeout; without --tracing it does nothing.
+// within tracingFlush; without --tracing it does nothing.
 func (a *App) shutdownTracing() error {
 	if a.tracing == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), a.cfg.ShutdownTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), tracingFlush)
 	defer cancel()
 	return a.tracing.Shutdown(ctx)
 }
