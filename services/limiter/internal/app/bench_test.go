@@ -37,13 +37,7 @@ func BenchmarkServiceDecisions(b *testing.B) {
 	for _, st := range stores {
 		b.Run(st.name, func(b *testing.B) {
 			args, prefix := st.args(b)
-			cfg := load(b, args...)
-			cfg.Policies["bench"] = limiter.Policy{Name: "bench", Algorithm: limiter.SlidingWindow, Limit: limiter.MaxLimit, Window: time.Hour}
-			a, err := New(context.Background(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = a.Close() })
+			a := benchApp(b, args...)
 			srv := httptest.NewServer(a.Handler())
 			b.Cleanup(srv.Close)
 			client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
@@ -86,6 +80,20 @@ func BenchmarkServiceDecisions(b *testing.B) {
 	}
 }
 
+// benchApp is the app of args with the policy bench, which never refuses,
+// closed at the end of the benchmark.
+func benchApp(b *testing.B, args ...string) *App {
+	b.Helper()
+	cfg := load(b, args...)
+	cfg.Policies["bench"] = limiter.Policy{Name: "bench", Algorithm: limiter.SlidingWindow, Limit: limiter.MaxLimit, Window: time.Hour}
+	a, err := New(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = a.Close() })
+	return a
+}
+
 // BenchmarkTracingCost measures POST /v1/check through the whole app (its
 // handler, in process: no network, so that the figure is the service's
 // own work) on the memory store, with tracing off, and on with 1% and
@@ -108,13 +116,7 @@ func BenchmarkTracingCost(b *testing.B) {
 				b.Setenv("OTEL_TRACES_SAMPLER_ARG", c.sampled)
 				args = append(args, "--tracing")
 			}
-			cfg := load(b, args...)
-			cfg.Policies["bench"] = limiter.Policy{Name: "bench", Algorithm: limiter.SlidingWindow, Limit: limiter.MaxLimit, Window: time.Hour}
-			a, err := New(context.Background(), cfg)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(func() { _ = a.Close() })
+			a := benchApp(b, args...)
 			h := a.Handler()
 			bodies := make([]string, 1024)
 			for i := range bodies {

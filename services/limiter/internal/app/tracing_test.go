@@ -66,21 +66,14 @@ var (
 func sendTraced(t *testing.T, a *App) {
 	t.Helper()
 	srv := httptestServer(t, a.Handler())
-	req, err := http.NewRequest(http.MethodPost, srv+"/v1/check", strings.NewReader(`{"policy":"api","key":"`+checkKey+`"}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", checkCaller.traceparent())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+	checkTraced(t, srv, http.StatusOK)
 
-	req, err = http.NewRequest(http.MethodGet, srv+"/v1/forward-auth", nil)
+	req, err := http.NewRequest(http.MethodGet, srv+"/v1/forward-auth", nil)
 	require.NoError(t, err)
 	req.Header.Set("X-Forwarded-Uri", "/api/orders")
 	req.Header.Set("X-Api-Client", gwKey)
 	req.Header.Set("traceparent", gwCaller.traceparent())
-	resp, err = http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -96,6 +89,20 @@ func sendTraced(t *testing.T, a *App) {
 	answer, err := rlsv3.NewRateLimitServiceClient(grpcClient(t, a)).ShouldRateLimit(ctx, request(envoyKey))
 	require.NoError(t, err)
 	require.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
+}
+
+// checkTraced sends POST /v1/check of checkKey on the api policy to srv
+// with checkCaller's traceparent, and requires status.
+func checkTraced(t *testing.T, srv string, status int) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, srv+"/v1/check", strings.NewReader(`{"policy":"api","key":"`+checkKey+`"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("traceparent", checkCaller.traceparent())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, status, resp.StatusCode)
 }
 
 // httptestServer serves h on a loopback port until the test ends and
@@ -296,14 +303,7 @@ func TestStoreErrorOnTheStoreSpan(t *testing.T) {
 	t.Setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
 	a := newApp(t, load(t, "--tracing", "--store=redis", "--redis-url", srv.URL()), limitertest.NewClock(t0))
 	srv.Stop()
-	req, err := http.NewRequest(http.MethodPost, httptestServer(t, a.Handler())+"/v1/check", strings.NewReader(`{"policy":"api","key":"`+checkKey+`"}`))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", checkCaller.traceparent())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	require.NoError(t, resp.Body.Close())
-	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	checkTraced(t, httptestServer(t, a.Handler()), http.StatusServiceUnavailable)
 
 	var tr traced
 	r.WaitFor(t, "the failed request's spans", func(spans []otlptest.Span) bool {
