@@ -26,6 +26,19 @@ import (
 // MinVersion is the oldest TLS version served: TLS 1.2.
 const MinVersion = tls.VersionTLS12
 
+// cipherSuites are the TLS 1.2 suites served: forward secrecy (ECDHE) and
+// authenticated encryption (AES-GCM, ChaCha20-Poly1305) only, no CBC mode
+// (Go's defaults still offer ECDHE with AES-CBC and HMAC-SHA1). TLS 1.3
+// suites are all of this kind and not configurable.
+var cipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
+
 // Files names the PEM files of one listener's TLS.
 type Files struct {
 	Cert string // certificate chain, leaf first; empty: no TLS
@@ -62,7 +75,7 @@ func (e *FileError) Error() string {
 }
 
 // Load reads f and returns the server configuration it makes: TLS 1.2 at
-// least, HTTP/2 and HTTP/1.1 offered by ALPN, and with a ClientCA a client
+// least with cipherSuites, HTTP/2 and HTTP/1.1 offered by ALPN, and with a ClientCA a client
 // certificate required and verified. Any problem is a *FileError.
 func Load(f Files) (*tls.Config, error) {
 	certPEM, err := read(PartCert, f.Cert)
@@ -85,6 +98,7 @@ func Load(f Files) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:   MinVersion,
+		CipherSuites: cipherSuites,
 		Certificates: []tls.Certificate{pair},
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
