@@ -467,7 +467,7 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		}
 		lns = append(lns, ln)
 	}
-	lns = a.bound(lns...)
+	lns = a.bound(names, lns)
 	if err := a.registry.Register(connCollector{names: names, lns: lns}); err != nil {
 		return errors.Join(fmt.Errorf("app: register metrics: %w", err), closeAll(lns))
 	}

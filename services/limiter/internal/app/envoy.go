@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -96,10 +97,11 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
-	opts := grpcOptions(a.cfg)
+	creds := grpcCreds{TransportCredentials: insecure.NewCredentials()}
 	if a.grpcTLS != nil {
-		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
+		creds = grpcCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}
 	}
+	opts := append(grpcOptions(a.cfg), grpc.Creds(creds))
 	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	var following sync.WaitGroup

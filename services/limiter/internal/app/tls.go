@@ -7,8 +7,10 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
@@ -82,17 +84,43 @@ func (w httpErrorLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// countedCreds are a gRPC server's TLS credentials counting the failed
-// handshakes in handshakeErrors.
-type countedCreds struct {
+// grpcCreds are a gRPC server's transport credentials (TLS, or none)
+// counting the failed handshakes in handshakeErrors (nil: none counted),
+// and settling each connection (connlimit.Settle) once its handshake is
+// done and the client's HTTP/2 preface has arrived: until then a bounded
+// listener may reclaim it for another client, as it does an HTTP
+// connection that has not sent its request.
+type grpcCreds struct {
 	credentials.TransportCredentials
 	handshakeErrors prometheus.Counter
 }
 
-func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+func (c grpcCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		c.handshakeErrors.Inc()
+		if c.handshakeErrors != nil {
+			c.handshakeErrors.Inc()
+		}
+		return nil, nil, err
 	}
-	return out, info, err
+	return &settleOnPreface{Conn: conn, raw: raw}, info, nil
+}
+
+// settleOnPreface settles raw once the client preface has been read from
+// the connection made on it. gRPC reads a connection from one goroutine
+// at a time.
+type settleOnPreface struct {
+	net.Conn
+	raw  net.Conn
+	read int // bytes read, up to the preface's length
+}
+
+func (c *settleOnPreface) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.read < len(http2.ClientPreface) {
+		if c.read += n; c.read >= len(http2.ClientPreface) {
+			connlimit.Settle(c.raw)
+		}
+	}
+	return n, err
 }
