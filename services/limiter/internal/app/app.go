@@ -117,6 +117,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	if err := a.loadTLS(); err != nil {
 		return nil, err
 	}
+	warnPlainDecisions(a.log, cfg)
 
 	_, systemClock := a.clock.(limiter.SystemClock)
 	if a.clockOffset != 0 {

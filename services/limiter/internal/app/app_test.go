@@ -261,8 +261,8 @@ type listening struct {
 	Config   map[string]any
 }
 
-// runLogged starts Run(cfg, opts) with a JSON logger and returns its first log
-// line (decoded, and as text), and a stop function that cancels the run and
+// runLogged starts Run(cfg, opts) with a JSON logger and returns its
+// listening line (decoded, and as text), and a stop function that cancels the run and
 // returns Run's error. The rest of the log is drained so it never blocks.
 func runLogged(t *testing.T, cfg config.Config, opts ...Option) (listening, string, func() error) {
 	t.Helper()
@@ -274,10 +274,11 @@ func runLogged(t *testing.T, cfg config.Config, opts ...Option) (listening, stri
 		_ = pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
-	require.True(t, lines.Scan())
 	var l listening
-	require.NoError(t, json.Unmarshal(lines.Bytes(), &l), lines.Text())
-	require.Equal(t, "listening", l.Msg)
+	for l.Msg != "listening" { // after the warnings of New, if any
+		require.True(t, lines.Scan(), "Run logged no listening line")
+		require.NoError(t, json.Unmarshal(lines.Bytes(), &l), lines.Text())
+	}
 	text := lines.Text()
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	return l, text, func() error { stop(); return <-done }

@@ -133,7 +133,8 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		srv.Stop()
 		<-stopped
 	}
-	if err := <-served; err != nil {
+	// ErrServerStopped: the stop came before Serve began, which is clean.
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("app: grpc serve: %w", err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
@@ -47,6 +48,36 @@ func (a *App) loadTLS() error {
 		*l.to = r
 	}
 	return nil
+}
+
+// warnPlainDecisions warns when a client certificate is asked for on one
+// listener that decides (the internal one's decision APIs, or the public
+// one's without --internal-addr; Envoy's gRPC) but not on another: a
+// client reaching that one charges the same budgets without the
+// certificate. It is not refused: Envoy Gateway runs envoyproxy/ratelimit
+// with mutual TLS on gRPC beside a plain HTTP port that also serves POST
+// /json, and Tollgate must start where it does.
+func warnPlainDecisions(log *slog.Logger, cfg config.Config) {
+	public, internal, grpc := cfg.ListenerTLS()
+	deciding := map[string]tlsfiles.Files{listenerPublic: public}
+	if cfg.InternalAddr != "" {
+		deciding = map[string]tlsfiles.Files{listenerInternal: internal}
+	}
+	if cfg.GRPCAddr != "" {
+		deciding[listenerGRPC] = grpc
+	}
+	var mtls, plain []string
+	for _, name := range []string{listenerPublic, listenerInternal, listenerGRPC} {
+		if files, ok := deciding[name]; ok && files.ClientCA != "" {
+			mtls = append(mtls, name)
+		} else if ok {
+			plain = append(plain, name)
+		}
+	}
+	if len(mtls) > 0 && len(plain) > 0 {
+		log.Warn("decisions are served without a client certificate on a listener while another asks for one: a client reaching it charges the same budgets; set --tls-client-ca (or a client CA on each of them) to ask everywhere",
+			"mtls", mtls, "plain", plain)
+	}
 }
 
 // newHandshakeErrors creates tollgate_tls_handshake_errors_total{listener},

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -157,4 +158,33 @@ func TestStalledHandshakesAreClosedByTheDeadline(t *testing.T) {
 			assert.False(t, errors.Is(err, os.ErrDeadlineExceeded), "%s: stalled connection %d still open after 30 s", addr, i)
 		}
 	}
+}
+
+// TestDecisionsWithoutTheCertificateAnotherListenerAsksForAreWarned: with
+// a client certificate asked for on one listener that decides (the
+// internal one's decision APIs, or Envoy's gRPC), the same decisions
+// still answer without a certificate on the other (gRPC, or POST /json):
+// a client reaching it charges the budgets the certificate guards. The
+// start says so in one WARN naming both; with mutual TLS everywhere, none.
+func TestDecisionsWithoutTheCertificateAnotherListenerAsksForAreWarned(t *testing.T) {
+	ca, clients := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "clients")
+	files := tlstest.Files(t, ca.Server(t, "server"), clients)
+	const warning = "decisions are served without a client certificate"
+
+	l := serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--internal-tls-client-ca", files.ClientCA)
+	code, _, err := shouldRateLimit(grpcConn(t, l.grpc, ca, nil))
+	require.NoError(t, err, "gRPC without a client certificate")
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, code)
+	assert.Equal(t, 1, l.logs.Count(`"level":"WARN"`, warning, `"mtls":["internal_addr"]`, `"plain":["grpc_addr"]`), l.logs.String())
+
+	l = serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--grpc-tls-client-ca", files.ClientCA)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(ca, nil)}}
+	resp, err := c.Post("https://"+l.internal+"/json", "application/json", strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"customer","value":"x"}]}]}`))
+	require.NoError(t, err, "POST /json without a client certificate")
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 1, l.logs.Count(`"level":"WARN"`, warning, `"mtls":["grpc_addr"]`, `"plain":["internal_addr"]`), l.logs.String())
+
+	l = serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-client-ca", files.ClientCA)
+	assert.Zero(t, l.logs.Count(warning), l.logs.String())
 }
