@@ -152,6 +152,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	a.handshakeErrors = newHandshakeErrors(a.publicTLS, a.internalTLS, a.grpcTLS)
 	for _, c := range []prometheus.Collector{
 		a.pruned, a.pruneErr, a.reloads, a.handshakeErrors,
+		tlsCollector{listenerPublic: a.publicTLS, listenerInternal: a.internalTLS, listenerGRPC: a.grpcTLS},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {

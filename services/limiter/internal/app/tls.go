@@ -95,6 +95,32 @@ func newHandshakeErrors(public, internal, grpc *tlsfiles.Reloader) *prometheus.C
 	return c
 }
 
+var (
+	tlsReloadErrorsDesc = prometheus.NewDesc("tollgate_tls_reload_errors_total",
+		"Changes of a listener's TLS files that could not be used (each logged once): the last good certificate stays in use.", []string{"listener"}, nil)
+	tlsNotAfterDesc = prometheus.NewDesc("tollgate_tls_certificate_not_after_seconds",
+		"Expiry, in Unix seconds, of the certificate a listener serves: the last good one read.", []string{"listener"}, nil)
+)
+
+// tlsCollector reads the reload failures and the served certificate's
+// expiry of each listener serving TLS (by name) at scrape time.
+type tlsCollector map[string]*tlsfiles.Reloader
+
+func (c tlsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tlsReloadErrorsDesc
+	ch <- tlsNotAfterDesc
+}
+
+func (c tlsCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, r := range c {
+		if r == nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(tlsReloadErrorsDesc, prometheus.CounterValue, float64(r.Failures()), name)
+		ch <- prometheus.MustNewConstMetric(tlsNotAfterDesc, prometheus.GaugeValue, float64(r.NotAfter().Unix()), name)
+	}
+}
+
 // httpErrorLog writes an http.Server's log lines at WARN, except its failed
 // TLS handshakes: any client can cause those at will, so they are counted
 // in handshakeErrors (nil on a plain listener, which has none) and logged

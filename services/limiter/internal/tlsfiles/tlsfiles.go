@@ -21,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // MinVersion is the oldest TLS version served: TLS 1.2.
@@ -176,6 +177,8 @@ type Reloader struct {
 
 	mu   sync.Mutex     // one check at a time
 	seen [3]os.FileInfo // of the files when last read, good or not; nil: absent
+
+	failures atomic.Uint64 // changes whose files could not be used
 }
 
 // New reads f (see Load) and returns its Reloader; reloads are logged to
@@ -219,12 +222,23 @@ func (r *Reloader) Check() {
 	r.seen = now
 	cfg, err := Load(r.files)
 	if err != nil {
+		r.failures.Add(1)
 		r.log.Warn("TLS files changed but cannot be used; the previous certificate stays in use", "cert", r.files.Cert, "error", err.Error())
 		return
 	}
 	r.cur.Store(cfg)
 	r.log.Info("TLS files reloaded", "cert", r.files.Cert, "client_ca", r.files.ClientCA,
 		"not_after", cfg.Certificates[0].Leaf.NotAfter.UTC())
+}
+
+// Failures returns how many changes of the files could not be used (each
+// was logged once, and the last good files stayed in use).
+func (r *Reloader) Failures() uint64 { return r.failures.Load() }
+
+// NotAfter returns the expiry of the certificate served: the last good
+// one read.
+func (r *Reloader) NotAfter() time.Time {
+	return r.cur.Load().Certificates[0].Leaf.NotAfter
 }
 
 // stat returns the state of the cert, key and client CA files; nil for a

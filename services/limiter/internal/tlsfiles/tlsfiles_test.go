@@ -136,7 +136,8 @@ func TestNewConnectionsGetTheReplacedCertificateOpenOnesKeepWorking(t *testing.T
 
 func TestBrokenNewFilesKeepTheLastGoodPairAndWarnOnce(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
-	files := tlstest.Files(t, ca.Server(t, "good"), nil)
+	good := ca.Server(t, "good")
+	files := tlstest.Files(t, good, nil)
 	log, logs := tlstest.NewLog()
 	r, err := tlsfiles.New(files, log)
 	require.NoError(t, err)
@@ -161,10 +162,14 @@ func TestBrokenNewFilesKeepTheLastGoodPairAndWarnOnce(t *testing.T) {
 			assert.Equal(t, "good", servedName(mustDial(t, addr, ca, nil)), step.name)
 		}
 		assert.Equal(t, i+1, logs.Count(`"level":"WARN"`, "previous certificate stays in use"), step.name)
+		assert.Equal(t, uint64(i+1), r.Failures(), step.name+": counted once per change")
+		assert.Equal(t, good.TLS.Leaf.NotAfter, r.NotAfter(), step.name+": the good pair's expiry")
 		assert.Equal(t, 1, logs.Count(`"level":"WARN"`, step.reason), step.name+": "+logs.String())
 	}
 	tlstest.Replace(t, files.Key, other.KeyPEM)
 	assert.Equal(t, "other", servedName(mustDial(t, addr, ca, nil)), "mended: the new pair is served")
+	assert.Equal(t, other.TLS.Leaf.NotAfter, r.NotAfter(), "the new pair's expiry")
+	assert.Equal(t, uint64(len(steps)), r.Failures(), "a good change is no failure")
 }
 
 func TestMutualTLS(t *testing.T) {
