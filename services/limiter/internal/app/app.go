@@ -479,8 +479,18 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		attrs = append(attrs, names[i], ln.Addr().String())
 	}
 	a.log.Info("listening", append(attrs, "max_conns", perListener, "max_conns_per_client", perClient, "config", cfg)...)
+	warnRoot(a.log, os.Geteuid())
 	a.logFiles()
 	return a.serveAll(ctx, lns, serve)
+}
+
+// warnRoot warns when the process runs as root (euid 0): nothing in the
+// service needs it (ports under 1024 need CAP_NET_BIND_SERVICE alone), and
+// the image's user is 65532.
+func warnRoot(log *slog.Logger, euid int) {
+	if euid == 0 {
+		log.Warn("running as root (UID 0): the service needs no privilege; run it as an unprivileged user (the image's is 65532)")
+	}
 }
 
 // logFiles says at start what the store writes to disk, so that no file

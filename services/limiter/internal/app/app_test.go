@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/fallback"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
 
 // TestMain checks every request the tests send with http.Get, http.Post or
@@ -322,4 +323,14 @@ func TestFallbackModeOfEveryStoreErrorMode(t *testing.T) {
 	} {
 		assert.Equal(t, want, fallbackMode(in), "on_store_error %s", in)
 	}
+}
+
+// TestRootIsWarned: running as root (euid 0) is one WARN; another user
+// none.
+func TestRootIsWarned(t *testing.T) {
+	log, logs := tlstest.NewLog()
+	warnRoot(log, 65532)
+	assert.Zero(t, logs.Count(`"level":"WARN"`), logs.String())
+	warnRoot(log, 0)
+	assert.Equal(t, 1, logs.Count(`"level":"WARN"`, "running as root (UID 0)"), logs.String())
 }
