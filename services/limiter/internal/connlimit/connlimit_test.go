@@ -99,12 +99,10 @@ func TestBoundsPerAddressAndTotal(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Open() == 3 }, 10*time.Second, 10*time.Millisecond)
 }
 
-func TestClosingGivesThePlaceBack(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := connlimit.Wrap(ln, connlimit.Options{Max: 1})
-	addr := ln.Addr().String()
-	accepted := make(chan net.Conn, 1)
+// acceptInto accepts on l until the test ends, handing each connection
+// to the test, unanswered, on the returned channel.
+func acceptInto(t *testing.T, l *connlimit.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 8)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -115,6 +113,15 @@ func TestClosingGivesThePlaceBack(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { l.Close() })
+	return accepted
+}
+
+func TestClosingGivesThePlaceBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := connlimit.Wrap(ln, connlimit.Options{Max: 1})
+	addr := ln.Addr().String()
+	accepted := acceptInto(t, l)
 	dialFrom(t, "127.0.0.1", addr)
 	c := <-accepted
 	assert.Equal(t, 1, l.Open())
@@ -363,17 +370,7 @@ func TestUnsettledConnectionsAreReclaimed(t *testing.T) {
 	require.NoError(t, err)
 	l := connlimit.Wrap(ln, connlimit.Options{Max: 2, IdleUntilSettled: true})
 	addr := ln.Addr().String()
-	accepted := make(chan net.Conn, 8)
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			accepted <- c
-		}
-	}()
-	t.Cleanup(func() { l.Close() })
+	accepted := acceptInto(t, l)
 	dialFrom(t, "127.0.0.2", addr)
 	settled := <-accepted
 	connlimit.Settle(settled)
