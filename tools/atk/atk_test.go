@@ -56,6 +56,7 @@ func fakeLimiter(args []string) int {
 	fs.String("store", "sqlite", "")
 	fs.String("identity-headers", "any", "")
 	fs.String("envoy-config", "", "")
+	fs.String("config", "", "") // the gateway rules of ATK-45..47: the reference has them built in
 	proxy := fs.String("trusted-proxies", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
