@@ -10,8 +10,8 @@
 #   - a service with LIMITER_ADMIN_KEY empty (the fail-closed target), and
 #   - a strict service: identity headers believed from trusted proxies only
 #     (only 192.0.2.1, TEST-NET-1, which never connects: a user key needs
-#     some trusted proxy to start), decision APIs on an internal listener, 1,024 descriptors
-#     (the strict target),
+#     some trusted proxy to start), decision APIs on an internal listener, 1,024 descriptors,
+#     and the gateway rules of ATK-45..47 for /v1/forward-auth (the strict target),
 # waits until they answer GET /healthz, runs
 #   atk --target http://127.0.0.1:P1 --closed-target http://127.0.0.1:P2 \
 #       --strict-target http://127.0.0.1:P3 --strict-internal-target http://127.0.0.1:P4 \
@@ -53,7 +53,20 @@ internal=$(free_port) || exit 2
 # The strict one runs on 1,024 descriptors, so that ATK-44's idle
 # connections reach its connection bounds.
 wrap=(sh -c 'ulimit -n 1024 && exec "$@"' sh)
-limiter c "$key" --identity-headers trusted-proxies --trusted-proxies 192.0.2.1 --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy"
+# ATK-45..47's gateway rules (tools/atk/cases.go: gwPrefix, gwHost, ...).
+cat >"$tmp/strict.yaml" <<'EOF'
+policies:
+  atk_gw: { algorithm: sliding_log, limit: 3, window: 1h }
+gateway:
+  - match: { path_prefix: /atk-gw/ }
+    policies: [atk_gw]
+    key: header:X-Atk-Gw
+  - match: { host: atk.test, path_prefix: /atk-host/ }
+    policies: [atk_gw]
+    key: header:X-Atk-Gw
+EOF
+limiter c "$key" --identity-headers trusted-proxies --trusted-proxies 192.0.2.1 --internal-addr "127.0.0.1:$internal" --envoy-config "$tmp/envoy" \
+	--config "$tmp/strict.yaml"
 
 status=0
 LIMITER_ADMIN_KEY="$key" "$bin/atk" --target "http://127.0.0.1:$port_a" --closed-target "http://127.0.0.1:$port_b" \

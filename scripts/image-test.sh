@@ -123,6 +123,53 @@ count=$(curl -s "$base/status?key=image-test" | grep -o '"count":[0-9]*' || true
 check "count after the restart" '"count":4' "$count"
 check "GET /ping after the restart" 429 "$(status /ping -H 'X-Client-Key: image-test')"
 
+# hardening: the image as a careful operator runs it, and as an attacker
+# reads it (issue 35's third pass):
+#   - a read-only root filesystem, every capability dropped and
+#     no-new-privileges: it serves and writes its SQLite file in /data, and
+#     the process holds no capability;
+#   - /data read-only: it exits with status 1 and one line naming the file,
+#     no panic;
+#   - run as root (--user 0): it says so in a WARN;
+#   - no secret in the image: its files are exactly the binary (twice), the
+#     CA certificates, passwd, group and /data; its variables and labels
+#     name no key, secret, password or token, nor does any layer's command.
+hardening() {
+	local c=$container-hardened out code files
+	pm stop -t 20 "$container" >/dev/null
+	port=$(free_port) || exit 2
+	base="http://127.0.0.1:$port"
+	mkdir "$tmp/data2" "$tmp/rodata"
+	chown "$uid:$uid" "$tmp/data2" 2>/dev/null || podman unshare chown "$uid:$uid" "$tmp/data2"
+	pm run -d --name "$c" "${run_flags[@]}" --read-only --cap-drop=ALL --security-opt no-new-privileges \
+		-e LIMITER_ADDR="127.0.0.1:$port" -v "$tmp/data2:/data" "$image" >/dev/null || exit 2
+	container=$c up
+	check "read-only root, no capability: GET /ping" 200 "$(status /ping -H 'X-Client-Key: hardened')"
+	check "read-only root, no capability: SQLite file in /data" yes "$([ -s "$tmp/data2/limiter.db" ] && echo yes || echo no)"
+	check "read-only root, no capability: effective capabilities" 0000000000000000 \
+		"$(awk '$1 == "CapEff:" {print $2}' "/proc/$(pm inspect --format '{{.State.Pid}}' "$c")/status")"
+	pm rm -f -t 20 "$c" >/dev/null
+
+	out=$(pm run --rm --name "$c" "${run_flags[@]}" -e LIMITER_ADDR="127.0.0.1:$port" -v "$tmp/rodata:/data:ro" "$image" 2>&1) && code=0 || code=$?
+	check "read-only /data: exit status" 1 "$code"
+	check "read-only /data: one line naming the file, no panic" "1 yes no" \
+		"$(wc -l <<<"$out" | tr -d ' ') $(grep -q '/data/limiter.db' <<<"$out" && echo yes || echo no) $(grep -qi 'panic\|goroutine' <<<"$out" && echo yes || echo no)"
+	[ "$code" = 1 ] || echo "$me: read-only /data said: $out" >&2
+
+	pm run -d --name "$c" "${run_flags[@]}" --user 0:0 -e LIMITER_ADDR="127.0.0.1:$port" -e LIMITER_STORE=memory "$image" >/dev/null || exit 2
+	container=$c up
+	check "run as root: a WARN says so" 1 "$(pm logs "$c" 2>&1 | grep -c 'running as root (UID 0)')"
+	pm rm -f -t 20 "$c" >/dev/null
+
+	files=$(pm export "$(pm create --name "$c" "$image")" | tar -t | grep -v '/$' | sort | tr '\n' ' ')
+	pm rm -f "$c" >/dev/null
+	check "the image's files" "bin/ratelimit etc/group etc/passwd etc/ssl/certs/ca-certificates.crt usr/local/bin/limiter " "$files"
+	check "no secret in the variables, labels or layers" "" \
+		"$({ pm image inspect --format '{{range .Config.Env}}{{.}} {{end}}{{range $k, $v := .Labels}}{{$k}}={{$v}} {{end}}' "$image"
+			pm history --no-trunc --format '{{.CreatedBy}}' "$image"; } | grep -oiE '[A-Z_]*(KEY|SECRET|PASSWORD|TOKEN)[A-Z_]*=?' | sort -u | tr '\n' ' ')"
+}
+hardening
+
 if [ "$failed" -ne 0 ]; then
 	echo "$me: FAIL; the container's log:" >&2
 	pm logs "$container" >&2 || true

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -42,10 +44,14 @@ const (
 const gatewayTollgate = `policies:
   api_gw:   { algorithm: sliding_log, limit: 5, window: 60s }
   burst_gw: { algorithm: sliding_log, limit: 50, window: 60s }
+  host_gw:  { algorithm: sliding_log, limit: 1, window: 60s }
 trusted_proxies: [127.0.0.1]
 gateway:
   - match: { path_prefix: /api/ }
     policies: [api_gw]
+    key: client
+  - match: { host: limited.test, path_prefix: /host/ }
+    policies: [host_gw]
     key: client
   - match: { path_prefix: /burst/ }
     policies: [burst_gw]
@@ -54,35 +60,38 @@ gateway:
 
 // gatewayRecipe is one gateway: its program, its recipe's files (the first
 // is the one the program is started on), the paths the files name of each
-// other, how to start it on the rendered recipe, and the status its recipe
-// answers when Tollgate is down.
+// other, how to start it on the rendered recipe, the statuses its recipe
+// answers when Tollgate is down and when Tollgate is slower than the
+// gateway's timeout, and whether its site answers any Host (Caddy's
+// recipe names one: another is not routed to the application at all).
 type gatewayRecipe struct {
 	name, program string
 	files         []string
 	links         map[string]string // a path a file names -> the recipe file it stands for
-	down          int
+	down, slow    int
+	anyHost       bool
 	start         func(t *testing.T, bin, conf, dir string) *exec.Cmd
 }
 
 var gatewayRecipes = []gatewayRecipe{
-	{name: "nginx", program: "nginx", files: []string{"nginx.conf"}, down: http.StatusServiceUnavailable,
+	{name: "nginx", program: "nginx", files: []string{"nginx.conf"}, down: http.StatusServiceUnavailable, slow: http.StatusServiceUnavailable, anyHost: true,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			return exec.Command(bin, "-p", dir+"/", "-c", conf, "-e", "stderr",
 				"-g", "daemon off; pid "+filepath.Join(dir, "nginx.pid")+";")
 		}},
-	{name: "caddy", program: "caddy", files: []string{"Caddyfile"}, down: http.StatusBadGateway,
+	{name: "caddy", program: "caddy", files: []string{"Caddyfile"}, down: http.StatusBadGateway, slow: http.StatusGatewayTimeout,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			cmd := exec.Command(bin, "run", "--config", conf, "--adapter", "caddyfile")
 			cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir, "HOME="+dir)
 			return cmd
 		}},
 	{name: "haproxy", program: "haproxy", files: []string{"haproxy.cfg", "tollgate.lua"},
-		links: map[string]string{recipeLua: "tollgate.lua"}, down: http.StatusServiceUnavailable,
+		links: map[string]string{recipeLua: "tollgate.lua"}, down: http.StatusServiceUnavailable, slow: http.StatusServiceUnavailable, anyHost: true,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			return exec.Command(bin, "-f", conf, "-db")
 		}},
 	{name: "traefik", program: "traefik", files: []string{"traefik.yml", "traefik-tollgate.yml"},
-		links: map[string]string{recipeTraefik: "traefik-tollgate.yml"}, down: http.StatusInternalServerError,
+		links: map[string]string{recipeTraefik: "traefik-tollgate.yml"}, down: http.StatusInternalServerError, slow: http.StatusInternalServerError, anyHost: true,
 		start: func(t *testing.T, bin, conf, dir string) *exec.Cmd {
 			return exec.Command(bin, "--configFile="+conf)
 		}},
@@ -174,6 +183,42 @@ func TestGatewayRecipes(t *testing.T) {
 			for _, trick := range []string{"/%61pi/items", "//api/items", "/static/../api/items", "/static/%2e%2e/api/items", "/api;x/items", "/./api/items", "/api%2Fitems"} {
 				assert.Equal(t, http.StatusTooManyRequests, get(t, alice, base+trick, nil).StatusCode, trick)
 			}
+			// The same request in other forms is counted as /api/: an
+			// absolute-form target (as sent to a proxy), other methods, the
+			// path in another case (a case-insensitive upstream, IIS or
+			// ASP.NET, serves /API/items as /api/items) or with a backslash
+			// (which the same upstreams read as a slash). Alice stays refused.
+			for _, head := range []string{
+				"GET http://" + listen + "/api/items HTTP/1.1\r\nHost: " + listen,
+				"HEAD /api/items HTTP/1.1\r\nHost: " + listen,
+				"OPTIONS /api/items HTTP/1.1\r\nHost: " + listen,
+				"POST /api/items HTTP/1.1\r\nHost: " + listen + "\r\nContent-Length: 0",
+				"GET /API/items HTTP/1.1\r\nHost: " + listen,
+				"GET /Api/Items HTTP/1.1\r\nHost: " + listen,
+				"GET /api\\items HTTP/1.1\r\nHost: " + listen,
+				"GET /api%5Citems HTTP/1.1\r\nHost: " + listen,
+			} {
+				assert.Equal(t, http.StatusTooManyRequests, rawStatus(t, "127.0.0.2", listen, head), head)
+			}
+			assert.Equal(t, int64(6), hitsOf("api"))
+			// A rule for one host (limit 1): the host with a trailing dot,
+			// in another case, with a port, or named by an absolute-form
+			// target is the same host; dave's second request is refused
+			// (or the gateway refuses the request itself: 400).
+			if gw.anyHost {
+				assert.Equal(t, http.StatusOK, rawStatus(t, "127.0.0.6", listen, "GET /host/x HTTP/1.1\r\nHost: limited.test"))
+				for _, head := range []string{
+					"GET /host/x HTTP/1.1\r\nHost: limited.test.",
+					"GET /host/x HTTP/1.1\r\nHost: LIMITED.Test",
+					"GET /host/x HTTP/1.1\r\nHost: limited.test:80",
+					"GET /host/x HTTP/1.1\r\nHost: limited.test.:80",
+					"GET http://limited.test/host/x HTTP/1.1\r\nHost: limited.test",
+					"GET http://limited.test./host/x HTTP/1.1\r\nHost: limited.test.",
+					"GET http://limited.test/host/x HTTP/1.1\r\nHost: other.test",
+				} {
+					assert.Contains(t, []int{http.StatusTooManyRequests, http.StatusBadRequest}, rawStatus(t, "127.0.0.6", listen, head), head)
+				}
+			}
 
 			// 200 concurrent clients on one key: exactly the limit passes.
 			const n = 200
@@ -199,6 +244,15 @@ func TestGatewayRecipes(t *testing.T) {
 			assert.Equal(t, int64(50), ok.Load())
 			assert.Equal(t, int64(n-50), refused.Load())
 			assert.Equal(t, int64(50), hitsOf("burst"))
+
+			// Tollgate slow: stopped (SIGSTOP), its port still takes
+			// connections, and no answer comes: the gateway gives up after
+			// its timeout and fails as its recipe says.
+			require.NoError(t, syscall.Kill(tollgate.pid, syscall.SIGSTOP))
+			t.Cleanup(func() { _ = syscall.Kill(tollgate.pid, syscall.SIGCONT) })
+			require.Eventually(t, func() bool { return stopped(t, tollgate.pid) }, 30*time.Second, 10*time.Millisecond, "SIGSTOP took effect")
+			assert.Equal(t, gw.slow, rawStatus(t, "127.0.0.7", listen, "GET /api/items HTTP/1.1\r\nHost: "+listen), "Tollgate slow")
+			require.NoError(t, syscall.Kill(tollgate.pid, syscall.SIGCONT))
 
 			// Tollgate stopped: the gateway fails as its recipe says, and
 			// nothing more reaches the upstream.
@@ -362,4 +416,42 @@ func get(t *testing.T, c *http.Client, url string, header map[string]string) gat
 	body, err := io.ReadAll(resp.Body)
 	assert.NoError(t, err)
 	return gatewayAnswer{Response: resp, body: string(body)}
+}
+
+// stopped reports whether every thread of the process pid is stopped
+// (state T), as a SIGSTOP leaves them once it has taken effect.
+func stopped(t *testing.T, pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	require.NoError(t, err)
+	for _, task := range tasks {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		require.NoError(t, err)
+		// pid (comm) state ...: the state follows the last ')'.
+		if f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:])); len(f) == 0 || f[0] != "T" {
+			return false
+		}
+	}
+	return true
+}
+
+// rawStatus sends a request's head (its lines without the final CRLFs)
+// as written, from the loopback address ip to addr, on a connection of
+// its own, and returns the answer's status; 0 when none came.
+func rawStatus(t *testing.T, ip, addr, head string) int {
+	t.Helper()
+	conn, err := (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}).Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	require.NoError(t, conn.SetDeadline(time.Now().Add(90*time.Second))) // a hang guard
+	_, err = io.WriteString(conn, head+"\r\nConnection: close\r\n\r\n")
+	require.NoError(t, err)
+	method, _, _ := strings.Cut(head, " ")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), &http.Request{Method: method})
+	if err != nil {
+		t.Logf("%q: no answer: %v", head, err)
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode
 }

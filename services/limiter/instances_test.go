@@ -69,6 +69,7 @@ func removeSharedBinary() {
 type instance struct {
 	url      string // http://127.0.0.1:PORT
 	grpcAddr string // empty unless --grpc-addr was given
+	pid      int
 	// stop stops the process with SIGTERM and waits for it; cleanup calls
 	// it too, once in all.
 	stop func()
@@ -132,7 +133,7 @@ func startWrapped(t *testing.T, wrapper []string, args []string, env ...string) 
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
 
-	in := &instance{}
+	in := &instance{pid: cmd.Process.Pid}
 	type listeningLine struct {
 		Msg      string
 		Addr     string

@@ -56,6 +56,7 @@ func fakeLimiter(args []string) int {
 	fs.String("store", "sqlite", "")
 	fs.String("identity-headers", "any", "")
 	fs.String("envoy-config", "", "")
+	fs.String("config", "", "") // the gateway rules of ATK-45..47: the reference has them built in
 	proxy := fs.String("trusted-proxies", "", "")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -151,7 +152,7 @@ func TestSuitePassesAgainstReference(t *testing.T) {
 
 func TestSkipsAndNotesWithoutKeyOrClosedTarget(t *testing.T) {
 	results := Run(t.Context(), testConfig(t, "", flaws{}, false), Cases)
-	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41", "ATK-42", "ATK-43", "ATK-44"}, byOutcome(results, Skip))
+	assert.Equal(t, []string{"ATK-24", "ATK-32", "ATK-34", "ATK-36", "ATK-39", "ATK-40", "ATK-41", "ATK-42", "ATK-43", "ATK-44", "ATK-45", "ATK-46", "ATK-47"}, byOutcome(results, Skip))
 	assert.Empty(t, byOutcome(results, Fail), failureText(results))
 	notes := map[string][]string{}
 	for _, r := range results {
@@ -214,6 +215,10 @@ var variants = []struct {
 	{"a throttled address refused the right key too", flaws{throttleLocksOut: true}, []string{"ATK-42"}},
 	{"admin reset on the public listener", flaws{resetPublic: true}, []string{"ATK-43"}},
 	{"a quarter of the connections per client", flaws{quarterPerClient: true}, []string{"ATK-44"}},
+	{"forward-auth keeps ; parameters", flaws{gwKeepsParams: true}, []string{"ATK-45"}},
+	{"forward-auth matches paths literally", flaws{gwLiteralPath: true}, []string{"ATK-46"}},
+	{"forward-auth refuses absolute-form URIs", flaws{gwOriginOnly: true}, []string{"ATK-46", "ATK-47"}},
+	{"forward-auth compares hosts as sent", flaws{gwHostExact: true}, []string{"ATK-47"}},
 }
 
 // allExcept lists every case id but the given ones, in table order.

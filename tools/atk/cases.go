@@ -625,6 +625,96 @@ var Cases = []Case{
 			e.Run(ping)
 		},
 	},
+	{
+		ID: "ATK-45", Name: "forward-auth: ; segment parameters",
+		Desc: fmt.Sprintf("against --strict-internal-target's gateway rule for %s (key header:%s, %d an hour): GET /v1/forward-auth for %sitems until refused, then for %s;x/items and %s;jsessionid=1/items;y (a servlet upstream serves them as %sitems) -> 429 problem",
+			gwPrefix, gwKeyHeader, gwLimit, gwPrefix, strings.TrimSuffix(gwPrefix, "/"), strings.TrimSuffix(gwPrefix, "/"), gwPrefix),
+		Needs: NeedStrictTarget,
+		Then: func(e *Env) {
+			base := strings.TrimSuffix(gwPrefix, "/")
+			gatewaySpellings(e, "", gwPrefix+"items", []string{base + ";x/items", base + ";jsessionid=1/items;y"}, nil)
+		},
+	},
+	{
+		ID: "ATK-46", Name: "forward-auth: other spellings of a path",
+		Desc:  fmt.Sprintf("against --strict-internal-target's gateway rule for %s: GET /v1/forward-auth for %sitems until refused, then for the same path upper-cased, with a backslash (raw or %%5C), %%-escaped, with // and dot segments, and as an absolute-form http:// URI -> 429 problem", gwPrefix, gwPrefix),
+		Needs: NeedStrictTarget,
+		Then: func(e *Env) {
+			base := strings.TrimSuffix(gwPrefix, "/")
+			gatewaySpellings(e, "", gwPrefix+"items", []string{
+				strings.ToUpper(base) + "/items", base + `\items`, base + "%5Citems", "/%" + fmt.Sprintf("%02X", base[1]) + base[2:] + "/items",
+				"/" + gwPrefix + "/items", "/x/.." + gwPrefix + "items", "http://" + gwHost + gwPrefix + "items",
+			}, nil)
+		},
+	},
+	{
+		ID: "ATK-47", Name: "forward-auth: other spellings of a host",
+		Desc:  fmt.Sprintf("against --strict-internal-target's gateway rule for host %s, path %s: GET /v1/forward-auth with X-Forwarded-Host %s until refused, then with %s., its upper case, a port, both, and an absolute-form URI naming it -> 429 problem", gwHost, gwHostPrefix, gwHost, gwHost),
+		Needs: NeedStrictTarget,
+		Then: func(e *Env) {
+			gatewaySpellings(e, gwHost, gwHostPrefix+"x", []string{gwHostPrefix + "x", gwHostPrefix + "x", gwHostPrefix + "x", gwHostPrefix + "x", "http://" + gwHost + "." + gwHostPrefix + "x"},
+				[]string{gwHost + ".", strings.ToUpper(gwHost), gwHost + ":8443", gwHost + ".:8443", "other.test"})
+		},
+	},
+}
+
+// The gateway rules ATK-45..47 need on the strict target's
+// /v1/forward-auth (scripts/atk.sh configures them): requests whose path
+// starts with gwPrefix, and requests for host gwHost whose path starts with
+// gwHostPrefix, each limited to gwLimit per hour per value of header
+// gwKeyHeader.
+const (
+	gwPrefix     = "/atk-gw/"
+	gwHost       = "atk.test"
+	gwHostPrefix = "/atk-host/"
+	gwKeyHeader  = "X-Atk-Gw"
+	gwLimit      = 3
+)
+
+// forwardAuth is GET /v1/forward-auth on the strict internal target about
+// a request for uri (and host, when not empty), keyed by key.
+func forwardAuth(uri, host, key string) Request {
+	return Request{Method: http.MethodGet, Path: "/v1/forward-auth", To: StrictInternal,
+		Header: hdr("X-Forwarded-Method", "GET", "X-Forwarded-Uri", uri, "X-Forwarded-Host", host, gwKeyHeader, key)}
+}
+
+// gatewaySpellings asks forward-auth about uri (for host) with a fresh key
+// until the rule refuses it, then about each of others (with hosts[i] when
+// hosts is not nil), which must be refused as the same request: 429.
+// Without --strict-internal-target, or when no rule matches uri (a target
+// not configured as scripts/atk.sh does), it notes why and checks nothing.
+func gatewaySpellings(e *Env, host, uri string, others, hosts []string) {
+	if e.cfg.StrictInternal == "" {
+		e.Note("no --strict-internal-target: /v1/forward-auth is not checked")
+		return
+	}
+	key := e.Token("gw-")
+	for i := 1; i <= gwLimit+1; i++ {
+		r := e.Do(forwardAuth(uri, host, key))
+		what := fmt.Sprintf("GET /v1/forward-auth for %s%s #%d", host, uri, i)
+		if r.Status == http.StatusTooManyRequests && i > 1 {
+			AssertProblem(e.T, r, what)
+			break
+		}
+		if !assert.Equal(e.T, 200, r.Status, "%s: status (body %s)", what, shorten(string(r.Body), 120)) {
+			return
+		}
+		if o := e.Object(r, what); o["allowed"] == true && o["rule"] == nil {
+			e.Note("the strict internal target has no gateway rule for %s%s (see scripts/atk.sh): not checked", host, uri)
+			return
+		}
+		if i == gwLimit+1 {
+			assert.Fail(e.T, fmt.Sprintf("%s: not refused after the limit of %d", what, gwLimit))
+			return
+		}
+	}
+	for i, other := range others {
+		h := host
+		if hosts != nil {
+			h = hosts[i]
+		}
+		e.Run(Step{Req: forwardAuth(other, h, key), Want: http.StatusTooManyRequests})
+	}
 }
 
 // hdr builds a header from name, value pairs; an empty value leaves the

@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -67,6 +69,10 @@ type flaws struct {
 	throttleLocksOut   bool // a throttled address is refused before its key is compared, the right key too
 	resetPublic        bool // a strict reference serves DELETE /rate/reset on its public listener
 	quarterPerClient   bool // a strict reference lets one address hold a quarter of its connections
+	gwKeepsParams      bool // forward-auth matches paths with their ';' segment parameters
+	gwLiteralPath      bool // forward-auth matches paths case-sensitively, a backslash as a letter
+	gwOriginOnly       bool // forward-auth refuses an absolute-form URI (400)
+	gwHostExact        bool // forward-auth compares hosts as sent: a trailing dot or a port is another host
 }
 
 const (
@@ -241,6 +247,7 @@ var routes = []route{
 	{http.MethodPost, "/json", false, (*reference).envoyJSON, true},
 	{http.MethodGet, "/metrics", false, (*reference).metrics, true},
 	{http.MethodGet, "/admin/offenders", false, (*reference).offenders, true},
+	{http.MethodGet, "/v1/forward-auth", false, (*reference).forwardAuth, true},
 }
 
 // listener returns the handler of the public or the internal listener.
@@ -795,6 +802,75 @@ func (s *reference) v1Check(w http.ResponseWriter, r *http.Request) {
 		body = map[string]any{"allowed": true, "limit": limit, "remaining": limit - n, "reset_after": reset.Seconds(), "retry_after": 0}
 	}
 	s.limited(w, in.Policy, limit, limit-n, reset, body)
+}
+
+// forwardAuth answers /v1/forward-auth with the gateway rules scripts/atk.sh
+// gives the strict target: paths under gwPrefix, and under gwHostPrefix for
+// host gwHost, gwLimit per value of header gwKeyHeader. The original URI
+// is read as Tollgate does (an absolute form's host first; ';' parameters
+// dropped, %-escapes decoded, a backslash a slash, dot segments resolved,
+// case ignored), the host without case, port or trailing dot.
+func (s *reference) forwardAuth(w http.ResponseWriter, r *http.Request) {
+	uri, host := r.Header.Get("X-Forwarded-Uri"), r.Header.Get("X-Forwarded-Host")
+	if rest, ok := strings.CutPrefix(uri, "http://"); ok && !s.f.gwOriginOnly {
+		end := strings.IndexAny(rest, "/?")
+		if end < 0 {
+			end = len(rest)
+		}
+		host, uri = rest[:end], "/"+strings.TrimPrefix(rest[end:], "/")
+	}
+	if !strings.HasPrefix(uri, "/") {
+		s.problem(w, http.StatusBadRequest, "X-Forwarded-Uri is not an absolute path")
+		return
+	}
+	p, _, _ := strings.Cut(uri, "?")
+	if !s.f.gwKeepsParams {
+		segs := strings.Split(p, "/")
+		for i := range segs {
+			segs[i], _, _ = strings.Cut(segs[i], ";")
+		}
+		p = strings.Join(segs, "/")
+	}
+	dec, err := url.PathUnescape(p)
+	if err != nil {
+		s.problem(w, http.StatusBadRequest, "X-Forwarded-Uri has a bad escape")
+		return
+	}
+	if !s.f.gwLiteralPath {
+		dec = strings.ToLower(strings.ReplaceAll(dec, `\`, "/"))
+	}
+	clean := path.Clean(dec)
+	if strings.HasSuffix(dec, "/") {
+		clean += "/"
+	}
+	if !s.f.gwHostExact {
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.TrimSuffix(strings.ToLower(host), ".")
+	}
+	rule := -1
+	switch {
+	case strings.HasPrefix(clean, gwPrefix):
+		rule = 0
+	case host == gwHost && strings.HasPrefix(clean, gwHostPrefix):
+		rule = 1
+	}
+	key := r.Header.Get(gwKeyHeader)
+	if rule < 0 || key == "" {
+		writeJSON(w, http.StatusOK, map[string]any{"allowed": true})
+		return
+	}
+	n, err := s.fixedHit(fmt.Sprintf("gw:%d:%s", rule, key), 1)
+	if err != nil {
+		s.failed(w, err)
+		return
+	}
+	var body map[string]any
+	if n <= gwLimit {
+		body = map[string]any{"allowed": true, "rule": rule, "key": "header:" + strings.ToLower(gwKeyHeader) + ":" + key}
+	}
+	s.limited(w, "atk_gw", gwLimit, gwLimit-n, time.Hour, body)
 }
 
 func (s *reference) envoyJSON(w http.ResponseWriter, _ *http.Request) {

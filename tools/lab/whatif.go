@@ -208,10 +208,14 @@ func matchText(m gateway.Match) string {
 // add matches one request and keeps it when a route or rule counts it.
 func (w *whatifRun) add(r tracefile.Request) {
 	method := strings.ToUpper(r.Method)
-	path, err := gateway.RequestPath(r.Target)
+	// As /v1/forward-auth reads it: an absolute-form target's host wins.
+	host, path, err := gateway.ParseTarget(r.Target)
 	if err != nil {
 		w.badPath++
 		return
+	}
+	if host == "" {
+		host = r.Host
 	}
 	// A client address is named as the service keys it (httplimit.Clients:
 	// IPv6 by its prefix, IPv4-mapped folded); a CSV key as written. A key
@@ -242,7 +246,7 @@ func (w *whatifRun) add(r tracefile.Request) {
 		keep(1, false)
 		return
 	}
-	for i := w.rules.Match(method, r.Host, path, 0); i >= 0; i = w.rules.Match(method, r.Host, path, i+1) {
+	for i := w.rules.Match(method, host, path, 0); i >= 0; i = w.rules.Match(method, host, path, i+1) {
 		switch w.rules.Rule(i).Key.Kind {
 		case gateway.KeyClient:
 			keep(w.rulePlan[i], false)

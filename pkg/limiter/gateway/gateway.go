@@ -7,7 +7,10 @@
 //
 // A request's path is compared after RequestPath has decoded and cleaned
 // it, so that /static/../api/x and /%61pi/x meet the rule for /api/ as the
-// upstream server will see them.
+// upstream server will see them; paths and hosts compare without regard to
+// case, and a host's trailing dot and port are ignored, so that /API/x on
+// a case-insensitive upstream and limited.test. are what they are served
+// as. Where upstreams differ, the request is counted on the stricter rule.
 package gateway
 
 import (
@@ -24,12 +27,14 @@ type Match struct {
 	// Method is compared exactly, after both sides are upper-cased.
 	Method string
 	// Host is a host name or address without a port, compared without
-	// regard to case; the request's port, if any, is ignored.
+	// regard to case or a trailing dot; the request's port, if any, is
+	// ignored.
 	Host string
-	// PathPrefix matches every path that starts with it, as a plain string:
-	// /api/ matches /api/ and /api/x, not /api; /api matches /apix too.
+	// PathPrefix matches every path that starts with it, as a plain string
+	// but for ASCII case: /api/ matches /api/, /api/x and /API/x, not /api;
+	// /api matches /apix too.
 	PathPrefix string
-	// Path matches this path only.
+	// Path matches this path only, but for ASCII case.
 	Path string
 }
 
@@ -109,7 +114,8 @@ type Rules struct {
 }
 
 // New validates rules and returns them ready to match; the rules are copied
-// with their method upper-cased and their host lower-cased.
+// with their method upper-cased and their host lower-cased, without a
+// trailing dot.
 func New(rules []Rule) (*Rules, error) {
 	out := make([]Rule, len(rules))
 	for i, r := range rules {
@@ -148,7 +154,7 @@ func New(rules []Rule) (*Rules, error) {
 		if r.Key.Kind > KeyGlobal || r.Key.Kind == KeyHeader && !isToken(r.Key.Header) {
 			return nil, bad("key", "want client, global or header:NAME")
 		}
-		m.Method, m.Host = strings.ToUpper(m.Method), strings.ToLower(m.Host)
+		m.Method, m.Host = strings.ToUpper(m.Method), strings.TrimSuffix(strings.ToLower(m.Host), ".")
 		out[i] = Rule{Match: m, Policies: append([]string(nil), r.Policies...), Key: r.Key}
 	}
 	return &Rules{rules: out}, nil
@@ -172,8 +178,8 @@ func (rs *Rules) Match(method, host, path string, from int) int {
 		m := rs.rules[i].Match
 		if m.Method != "" && m.Method != method ||
 			m.Host != "" && !strings.EqualFold(m.Host, host) ||
-			m.Path != "" && m.Path != path ||
-			m.PathPrefix != "" && !strings.HasPrefix(path, m.PathPrefix) {
+			m.Path != "" && !equalFoldASCII(m.Path, path) ||
+			m.PathPrefix != "" && !(len(path) >= len(m.PathPrefix) && equalFoldASCII(path[:len(m.PathPrefix)], m.PathPrefix)) {
 			continue
 		}
 		return i
@@ -184,14 +190,44 @@ func (rs *Rules) Match(method, host, path string, from int) int {
 // ErrBadPath is returned by RequestPath for a request target it cannot read.
 var ErrBadPath = errors.New("gateway: request path")
 
+// ParseTarget returns the host and the path (see RequestPath) of a request
+// target. The origin form (a path, an optional query) names no host: "".
+// The absolute form (http://host[:port]/path, as a client sends it to a
+// proxy, and HAProxy passes it on) names its authority, which a server
+// uses instead of the Host header (RFC 9112, section 3.2.2). Another
+// scheme, and an empty host or one with user information, are ErrBadPath.
+func ParseTarget(target string) (host, path string, err error) {
+	p := target
+	if scheme, rest, ok := strings.Cut(target, "://"); ok && !strings.HasPrefix(target, "/") {
+		if !strings.EqualFold(scheme, "http") && !strings.EqualFold(scheme, "https") {
+			return "", "", fmt.Errorf("%w: %q is neither a path nor an http(s) URL", ErrBadPath, target)
+		}
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		host, p = rest[:end], rest[end:]
+		if host == "" || strings.Contains(host, "@") {
+			return "", "", fmt.Errorf("%w: %q names no host, or user information", ErrBadPath, target)
+		}
+		if !strings.HasPrefix(p, "/") {
+			p = "/" + p
+		}
+	}
+	path, err = RequestPath(p)
+	return host, path, err
+}
+
 // RequestPath returns the path of a request target (origin form: a path
 // with an optional query), percent-decoded and cleaned as a server
 // resolving it would: ";" parameters of each segment dropped (as servlet
 // containers and Spring do: "/api;x/items" is served as "/api/items", so
-// it must be counted as that), dot segments resolved, repeated slashes
-// folded, a final slash kept. An encoded "%3B" is a literal semicolon and
-// stays. A target that is not an absolute path, an invalid escape and a
-// decoded control character are ErrBadPath.
+// it must be counted as that), a backslash read as a slash (as IIS and
+// ASP.NET do), dot segments resolved, repeated slashes folded, a final
+// slash kept. An encoded "%3B" is a literal semicolon and stays; an
+// encoded "%5C" is a backslash, so a slash. A target that is not an
+// absolute path, an invalid escape and a decoded control character are
+// ErrBadPath.
 func RequestPath(target string) (string, error) {
 	p, _, _ := strings.Cut(target, "?")
 	p, _, _ = strings.Cut(p, "#")
@@ -214,6 +250,7 @@ func RequestPath(target string) (string, error) {
 			return "", fmt.Errorf("%w: %q holds a control character", ErrBadPath, target)
 		}
 	}
+	dec = strings.ReplaceAll(dec, `\`, "/")
 	clean := path.Clean(dec)
 	if strings.HasSuffix(dec, "/") && clean != "/" {
 		clean += "/"
@@ -221,8 +258,8 @@ func RequestPath(target string) (string, error) {
 	return clean, nil
 }
 
-// hostOnly drops a port from host ("h:80", "[::1]:80") and the brackets of
-// an IPv6 literal.
+// hostOnly drops a port from host ("h:80", "[::1]:80"), the brackets of
+// an IPv6 literal and one trailing dot (the absolute name "h." is "h").
 func hostOnly(host string) string {
 	if strings.HasPrefix(host, "[") {
 		if end := strings.IndexByte(host, ']'); end > 0 {
@@ -231,9 +268,30 @@ func hostOnly(host string) string {
 		return host
 	}
 	if i := strings.LastIndexByte(host, ':'); i >= 0 && strings.Count(host, ":") == 1 {
-		return host[:i]
+		host = host[:i]
 	}
-	return host
+	return strings.TrimSuffix(host, ".")
+}
+
+// equalFoldASCII reports whether a and b are equal but for the case of
+// ASCII letters.
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }
 
 // validHost accepts a host name or an address, without a port: letters,

@@ -56,6 +56,9 @@ func TestRequestPath(t *testing.T) {
 		"/api;a=1;b/x;y/":     "/api/x/",
 		"/static/..;x/api/x":  "/api/x",
 		"/api%3Bx/items":      "/api;x/items",
+		`/api\items`:          "/api/items",
+		"/api%5Citems":        "/api/items",
+		`/static\..\api\x`:    "/api/x",
 	} {
 		got, err := gateway.RequestPath(target)
 		require.NoError(t, err, target)
@@ -64,6 +67,58 @@ func TestRequestPath(t *testing.T) {
 	for _, target := range []string{"", "api/x", "http://h/api", "/%zz", "/a%00b", "/a%0ab", "?x"} {
 		_, err := gateway.RequestPath(target)
 		require.ErrorIs(t, err, gateway.ErrBadPath, target)
+	}
+}
+
+// TestParseTarget: an absolute-form target (as a client sends to a proxy,
+// and HAProxy passes on) names its host and its path; the origin form
+// names no host.
+func TestParseTarget(t *testing.T) {
+	for target, want := range map[string][2]string{
+		"http://limited.test/api/x?y=1":   {"limited.test", "/api/x"},
+		"HTTPS://Limited.Test:8443//api/": {"Limited.Test:8443", "/api/"},
+		"http://[::1]:80/a/../b":          {"[::1]:80", "/b"},
+		"http://h?q":                      {"h", "/"},
+		"http://h":                        {"h", "/"},
+		"/api;x/items":                    {"", "/api/items"},
+	} {
+		host, path, err := gateway.ParseTarget(target)
+		require.NoError(t, err, target)
+		assert.Equal(t, want, [2]string{host, path}, target)
+	}
+	for _, target := range []string{"", "api/x", "ftp://h/api", "http:///api", "http://user@h/api", "http://h/%zz", "//h/api"} {
+		_, path, err := gateway.ParseTarget(target)
+		if target == "//h/api" { // a path that starts with two slashes
+			require.NoError(t, err)
+			assert.Equal(t, "/h/api", path)
+			continue
+		}
+		require.ErrorIs(t, err, gateway.ErrBadPath, target)
+	}
+}
+
+// TestMatchIgnoresSpellings: a host with a trailing dot (the absolute DNS
+// name) or a port, and a path in another ASCII case, are the same as the
+// rule's; the upstream serves them as the same.
+func TestMatchIgnoresSpellings(t *testing.T) {
+	rs, err := gateway.New([]gateway.Rule{
+		{Match: gateway.Match{Host: "limited.test.", Path: "/Login"}, Policies: []string{"login"}},
+		{Match: gateway.Match{Host: "limited.test", PathPrefix: "/api/"}, Policies: []string{"api"}},
+	})
+	require.NoError(t, err)
+	for _, c := range []struct {
+		host, path string
+		want       int
+	}{
+		{"limited.test", "/login", 0},
+		{"LIMITED.test.", "/LOGIN", 0},
+		{"limited.test.:8080", "/API/x", 1},
+		{"Limited.Test", "/Api/", 1},
+		{"limited.test..", "/api/x", -1},
+		{"limited.test", "/apī/x", -1},
+		{"other.test", "/api/x", -1},
+	} {
+		assert.Equal(t, c.want, rs.Match("GET", c.host, c.path, 0), "%+v", c)
 	}
 }
 

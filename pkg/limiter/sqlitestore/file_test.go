@@ -53,6 +53,22 @@ func TestOpenRefusesAnUnwritableFile(t *testing.T) {
 	assert.ErrorContains(t, err, "readonly")
 }
 
+// TestOpenNamesTheFileItCannotCreate: a database in a read-only folder (a
+// container's /data mounted read-only) fails Open with the file's path and
+// the system's reason, not SQLite's "unable to open database file (14)".
+func TestOpenNamesTheFileItCannotCreate(t *testing.T) {
+	dir := t.TempDir()
+	readOnly(t, dir)
+	path := filepath.Join(dir, "limiter.db")
+	s, err := sqlitestore.Open(path)
+	if err == nil {
+		_ = s.Close()
+	}
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), path)
+	assert.Regexp(t, "read-only file system|permission denied", err.Error())
+}
+
 // TestDeletedFileIsReopened: once the file is deleted under a running
 // store, the store's next decision opens the file at the path again
 // (creating it), so that it counts with every other store on that path

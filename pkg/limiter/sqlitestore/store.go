@@ -165,6 +165,18 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
+	// A file that cannot be created is said with its path and why (a
+	// read-only folder, a missing one); SQLite only says "unable to open
+	// database file (14)".
+	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
+		f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: open: %w", err)
+		}
+		if err := errors.Join(f.Close(), os.Remove(abs)); err != nil {
+			return nil, fmt.Errorf("sqlitestore: open: %w", err)
+		}
+	}
 	s := &Store{
 		path:    abs,
 		cfg:     cfg,

@@ -120,6 +120,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 	if err := a.loadTLS(); err != nil {
 		return nil, err
 	}
+	warnPlainDecisions(a.log, cfg)
 
 	_, systemClock := a.clock.(limiter.SystemClock)
 	if a.clockOffset != 0 {
@@ -159,6 +160,7 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	a.handshakeErrors = newHandshakeErrors(a.publicTLS, a.internalTLS, a.grpcTLS)
 	for _, c := range []prometheus.Collector{
 		a.pruned, a.pruneErr, a.reloads, a.handshakeErrors,
+		tlsCollector{listenerPublic: a.publicTLS, listenerInternal: a.internalTLS, listenerGRPC: a.grpcTLS},
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	} {
@@ -505,7 +507,7 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		}
 		lns = append(lns, ln)
 	}
-	lns = a.bound(lns...)
+	lns = a.bound(names, lns)
 	if err := a.registry.Register(connCollector{names: names, lns: lns}); err != nil {
 		return errors.Join(fmt.Errorf("app: register metrics: %w", err), closeAll(lns))
 	}
@@ -515,8 +517,18 @@ func Run(ctx context.Context, cfg config.Config, opts ...Option) (err error) {
 		attrs = append(attrs, names[i], ln.Addr().String())
 	}
 	a.log.Info("listening", append(attrs, "max_conns", perListener, "max_conns_per_client", perClient, "config", cfg)...)
+	warnRoot(a.log, os.Geteuid())
 	a.logFiles()
 	return a.serveAll(ctx, lns, serve)
+}
+
+// warnRoot warns when the process runs as root (euid 0): nothing in the
+// service needs it (ports under 1024 need CAP_NET_BIND_SERVICE alone), and
+// the image's user is 65532.
+func warnRoot(log *slog.Logger, euid int) {
+	if euid == 0 {
+		log.Warn("running as root (UID 0): the service needs no privilege; run it as an unprivileged user (the image's is 65532)")
+	}
 }
 
 // logFiles says at start what the store writes to disk, so that no file

@@ -28,6 +28,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/fallback"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
 
 // TestMain checks every request the tests send with http.Get, http.Post or
@@ -261,8 +262,8 @@ type listening struct {
 	Config   map[string]any
 }
 
-// runLogged starts Run(cfg, opts) with a JSON logger and returns its first log
-// line (decoded, and as text), and a stop function that cancels the run and
+// runLogged starts Run(cfg, opts) with a JSON logger and returns its
+// listening line (decoded, and as text), and a stop function that cancels the run and
 // returns Run's error. The rest of the log is drained so it never blocks.
 func runLogged(t *testing.T, cfg config.Config, opts ...Option) (listening, string, func() error) {
 	t.Helper()
@@ -274,10 +275,11 @@ func runLogged(t *testing.T, cfg config.Config, opts ...Option) (listening, stri
 		_ = pw.Close()
 	}()
 	lines := bufio.NewScanner(pr)
-	require.True(t, lines.Scan())
 	var l listening
-	require.NoError(t, json.Unmarshal(lines.Bytes(), &l), lines.Text())
-	require.Equal(t, "listening", l.Msg)
+	for l.Msg != "listening" { // after the warnings of New, if any
+		require.True(t, lines.Scan(), "Run logged no listening line")
+		require.NoError(t, json.Unmarshal(lines.Bytes(), &l), lines.Text())
+	}
 	text := lines.Text()
 	go func() { _, _ = io.Copy(io.Discard, pr) }()
 	return l, text, func() error { stop(); return <-done }
@@ -321,4 +323,14 @@ func TestFallbackModeOfEveryStoreErrorMode(t *testing.T) {
 	} {
 		assert.Equal(t, want, fallbackMode(in), "on_store_error %s", in)
 	}
+}
+
+// TestRootIsWarned: running as root (euid 0) is one WARN; another user
+// none.
+func TestRootIsWarned(t *testing.T) {
+	log, logs := tlstest.NewLog()
+	warnRoot(log, 65532)
+	assert.Zero(t, logs.Count(`"level":"WARN"`), logs.String())
+	warnRoot(log, 0)
+	assert.Equal(t, 1, logs.Count(`"level":"WARN"`, "running as root (UID 0)"), logs.String())
 }

@@ -38,18 +38,20 @@ func connBounds(cfg config.Config, n int) (perListener, perClient int) {
 	return perListener, perClient
 }
 
-// bound wraps each listener with cfg's connection bounds. Addresses in the
-// trusted proxies (the process's: a reload does not change them) are
-// bounded by the listener's total only.
-func (a *App) bound(lns ...net.Listener) []net.Listener {
+// bound wraps each listener, named in names, with cfg's connection bounds.
+// Addresses in the trusted proxies (the process's: a reload does not
+// change them) are bounded by the listener's total only. The gRPC
+// listener's connections stay reclaimable until their handshake settles
+// (see grpcCreds).
+func (a *App) bound(names []string, lns []net.Listener) []net.Listener {
 	perListener, perClient := connBounds(a.cfg, len(lns))
-	opts := connlimit.Options{
-		Max: perListener, PerClient: perClient, IPv6Prefix: a.cfg.IPv6Prefix,
-		Exempt: func(ip netip.Addr) bool { return a.current.Load().Identity.ClientRules().AddrTrusted(ip) },
-	}
 	out := make([]net.Listener, len(lns))
 	for i, ln := range lns {
-		out[i] = connlimit.Wrap(ln, opts)
+		out[i] = connlimit.Wrap(ln, connlimit.Options{
+			Max: perListener, PerClient: perClient, IPv6Prefix: a.cfg.IPv6Prefix,
+			Exempt:           func(ip netip.Addr) bool { return a.current.Load().Identity.ClientRules().AddrTrusted(ip) },
+			IdleUntilSettled: names[i] == listenerGRPC,
+		})
 	}
 	return out
 }
@@ -67,7 +69,7 @@ var (
 	connOpenDesc = prometheus.NewDesc("tollgate_connections_open",
 		"Connections open on a listener; bounded by --max-conns.", []string{"listener"}, nil)
 	connIdleDesc = prometheus.NewDesc("tollgate_connections_idle",
-		"HTTP connections open on a listener and idle (silent since accepted, or between keep-alive requests): reclaimed first when slots run short.", []string{"listener"}, nil)
+		"Connections open on a listener and idle (silent since accepted, a gRPC one until its handshake and HTTP/2 preface are done, or HTTP between keep-alive requests): reclaimed first when slots run short.", []string{"listener"}, nil)
 	connRefusedDesc = prometheus.NewDesc("tollgate_connections_refused_total",
 		"Connections closed on arrival: over --max-conns-per-client, or over --max-conns with nothing idle to reclaim.", []string{"listener"}, nil)
 	connReclaimedDesc = prometheus.NewDesc("tollgate_connections_reclaimed_total",

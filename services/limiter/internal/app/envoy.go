@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
@@ -96,12 +97,13 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.current.Load().Envoy == nil {
 		return errors.Join(errNoEnvoy, ln.Close())
 	}
-	opts := grpcOptions(a.cfg)
+	creds := grpcCreds{TransportCredentials: insecure.NewCredentials()}
+	if a.grpcTLS != nil {
+		creds = grpcCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}
+	}
+	opts := append(grpcOptions(a.cfg), grpc.Creds(creds))
 	if a.tracing != nil {
 		opts = append(opts, a.tracing.GRPC())
-	}
-	if a.grpcTLS != nil {
-		opts = append(opts, grpc.Creds(countedCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}))
 	}
 	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
 	healthCtx, stopHealth := context.WithCancel(ctx)
@@ -134,7 +136,8 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 		srv.Stop()
 		<-stopped
 	}
-	if err := <-served; err != nil {
+	// ErrServerStopped: the stop came before Serve began, which is clean.
+	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 		return fmt.Errorf("app: grpc serve: %w", err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -26,8 +27,14 @@ func scrape(t testing.TB, h http.Handler) map[string]float64 {
 	w := httptest.NewRecorder()
 	h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, w.Code)
+	return samplesOf(t, w.Body)
+}
+
+// samplesOf returns the samples of a /metrics text by series ("name{labels}").
+func samplesOf(t testing.TB, r io.Reader) map[string]float64 {
+	t.Helper()
 	samples := map[string]float64{}
-	sc := bufio.NewScanner(w.Body)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
 		if strings.HasPrefix(line, "#") {

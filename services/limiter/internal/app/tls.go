@@ -7,8 +7,11 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc/credentials"
 
+	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
@@ -47,6 +50,36 @@ func (a *App) loadTLS() error {
 	return nil
 }
 
+// warnPlainDecisions warns when a client certificate is asked for on one
+// listener that decides (the internal one's decision APIs, or the public
+// one's without --internal-addr; Envoy's gRPC) but not on another: a
+// client reaching that one charges the same budgets without the
+// certificate. It is not refused: Envoy Gateway runs envoyproxy/ratelimit
+// with mutual TLS on gRPC beside a plain HTTP port that also serves POST
+// /json, and Tollgate must start where it does.
+func warnPlainDecisions(log *slog.Logger, cfg config.Config) {
+	public, internal, grpc := cfg.ListenerTLS()
+	deciding := map[string]tlsfiles.Files{listenerPublic: public}
+	if cfg.InternalAddr != "" {
+		deciding = map[string]tlsfiles.Files{listenerInternal: internal}
+	}
+	if cfg.GRPCAddr != "" {
+		deciding[listenerGRPC] = grpc
+	}
+	var mtls, plain []string
+	for _, name := range []string{listenerPublic, listenerInternal, listenerGRPC} {
+		if files, ok := deciding[name]; ok && files.ClientCA != "" {
+			mtls = append(mtls, name)
+		} else if ok {
+			plain = append(plain, name)
+		}
+	}
+	if len(mtls) > 0 && len(plain) > 0 {
+		log.Warn("decisions are served without a client certificate on a listener while another asks for one: a client reaching it charges the same budgets; set --tls-client-ca (or a client CA on each of them) to ask everywhere",
+			"mtls", mtls, "plain", plain)
+	}
+}
+
 // newHandshakeErrors creates tollgate_tls_handshake_errors_total{listener},
 // with a series for each listener serving TLS (nil: not).
 func newHandshakeErrors(public, internal, grpc *tlsfiles.Reloader) *prometheus.CounterVec {
@@ -60,6 +93,32 @@ func newHandshakeErrors(public, internal, grpc *tlsfiles.Reloader) *prometheus.C
 		}
 	}
 	return c
+}
+
+var (
+	tlsReloadErrorsDesc = prometheus.NewDesc("tollgate_tls_reload_errors_total",
+		"Changes of a listener's TLS files that could not be used (each logged once): the last good certificate stays in use.", []string{"listener"}, nil)
+	tlsNotAfterDesc = prometheus.NewDesc("tollgate_tls_certificate_not_after_seconds",
+		"Expiry, in Unix seconds, of the certificate a listener serves: the last good one read.", []string{"listener"}, nil)
+)
+
+// tlsCollector reads the reload failures and the served certificate's
+// expiry of each listener serving TLS (by name) at scrape time.
+type tlsCollector map[string]*tlsfiles.Reloader
+
+func (c tlsCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- tlsReloadErrorsDesc
+	ch <- tlsNotAfterDesc
+}
+
+func (c tlsCollector) Collect(ch chan<- prometheus.Metric) {
+	for name, r := range c {
+		if r == nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(tlsReloadErrorsDesc, prometheus.CounterValue, float64(r.Failures()), name)
+		ch <- prometheus.MustNewConstMetric(tlsNotAfterDesc, prometheus.GaugeValue, float64(r.NotAfter().Unix()), name)
+	}
 }
 
 // httpErrorLog writes an http.Server's log lines at WARN, except its failed
@@ -82,17 +141,43 @@ func (w httpErrorLog) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// countedCreds are a gRPC server's TLS credentials counting the failed
-// handshakes in handshakeErrors.
-type countedCreds struct {
+// grpcCreds are a gRPC server's transport credentials (TLS, or none)
+// counting the failed handshakes in handshakeErrors (nil: none counted),
+// and settling each connection (connlimit.Settle) once its handshake is
+// done and the client's HTTP/2 preface has arrived: until then a bounded
+// listener may reclaim it for another client, as it does an HTTP
+// connection that has not sent its request.
+type grpcCreds struct {
 	credentials.TransportCredentials
 	handshakeErrors prometheus.Counter
 }
 
-func (c countedCreds) ServerHandshake(conn net.Conn) (net.Conn, credentials.AuthInfo, error) {
-	out, info, err := c.TransportCredentials.ServerHandshake(conn)
+func (c grpcCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
 	if err != nil {
-		c.handshakeErrors.Inc()
+		if c.handshakeErrors != nil {
+			c.handshakeErrors.Inc()
+		}
+		return nil, nil, err
 	}
-	return out, info, err
+	return &settleOnPreface{Conn: conn, raw: raw}, info, nil
+}
+
+// settleOnPreface settles raw once the client preface has been read from
+// the connection made on it. gRPC reads a connection from one goroutine
+// at a time.
+type settleOnPreface struct {
+	net.Conn
+	raw  net.Conn
+	read int // bytes read, up to the preface's length
+}
+
+func (c *settleOnPreface) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if c.read < len(http2.ClientPreface) {
+		if c.read += n; c.read >= len(http2.ClientPreface) {
+			connlimit.Settle(c.raw)
+		}
+	}
+	return n, err
 }

@@ -255,7 +255,8 @@ func TestReplacedCertificatesWhileServing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "one", name)
 
-	replace(t, files, ca.Server(t, "two"))
+	two := ca.Server(t, "two")
+	replace(t, files, two)
 	for _, url := range []string{"https://" + l.public + "/healthz", "https://" + l.internal + "/metrics"} {
 		_, name, err := httpsGet(t, url, ca, nil)
 		require.NoError(t, err)
@@ -281,6 +282,12 @@ func TestReplacedCertificatesWhileServing(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "two", name, "the last good pair")
 	assert.Equal(t, 1, l.logs.Count(`"level":"WARN"`, "TLS files changed but cannot be used", `holds no PEM certificate`), l.logs.String())
+	samples := scrape(t, l.app.InternalHandler())
+	for _, listener := range []string{listenerPublic, listenerInternal, listenerGRPC} {
+		// The three listeners share their files, so each counts the change.
+		assert.Equal(t, 1.0, samples[`tollgate_tls_reload_errors_total{listener="`+listener+`"}`], listener)
+		assert.Equal(t, float64(two.TLS.Leaf.NotAfter.Unix()), samples[`tollgate_tls_certificate_not_after_seconds{listener="`+listener+`"}`], listener+": the last good pair's")
+	}
 }
 
 // replace puts pair's certificate and key in place of files'.

@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
@@ -32,6 +33,7 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 )
 
 const xdsNode = "init-test-node"
@@ -214,6 +216,20 @@ func TestXDSPushesTheEnvoyRules(t *testing.T) {
 	assert.Contains(t, nack.GetErrorDetail().GetMessage(), `xds:"reload": descriptors[3].rate_limit.unit: "" is not one of second`)
 	assert.Equal(t, over, ask("reload", "block").GetCode(), "version 2 still answers")
 	assert.EqualValues(t, 20, ask("another", "key4").GetCurrentLimit().GetRequestsPerUnit(), "nothing of version 3 applied")
+
+	// Version 5 holds more descriptors than a configuration may: refused
+	// as it is read, before any of it is built.
+	huge := &rlsconfv3.RateLimitConfig{Name: "huge", Domain: "huge"}
+	for i := range envoy.MaxRules {
+		huge.Descriptors = append(huge.Descriptors, xdsLimit(fmt.Sprintf("k%d", i), rlsconfv3.RateLimitUnit_MINUTE, 5))
+	}
+	x.set(t, xdsVersion(t, "5", peerBasic(), huge))
+	nack = x.await(t, "NACK of version 5", func(r *discoveryv3.DiscoveryRequest) bool {
+		return r.GetErrorDetail() != nil && strings.Contains(r.GetErrorDetail().GetMessage(), "huge")
+	})
+	assert.Equal(t, "2", nack.GetVersionInfo())
+	assert.Contains(t, nack.GetErrorDetail().GetMessage(), fmt.Sprintf(`xds:"huge": descriptors[%d]: more than %d domains and descriptors`, envoy.MaxRules-5, envoy.MaxRules)) // basic holds 4, huge its domain
+	assert.Equal(t, over, ask("reload", "block").GetCode(), "version 2 still answers")
 
 	// The management server goes away, and comes back on the same address
 	// with version 4: the peer's first configuration again.

@@ -6,7 +6,8 @@
 //
 // When a new connection finds no slot, an idle one is reclaimed for it
 // rather than the new one refused: a connection the HTTP server reports idle
-// (accepted but silent, or a keep-alive between requests; see TrackState)
+// (accepted but silent, or a keep-alive between requests; see TrackState),
+// or one whose handshake has not settled (see Options.IdleUntilSettled),
 // is closed, taken from the client holding the most connections, never
 // from a client holding no more than the newcomer. A client at its own
 // share may likewise swap one of its idle connections for the new one.
@@ -43,6 +44,12 @@ type Options struct {
 	// trusted proxy); nil exempts none. It is called once per accepted
 	// connection and must be safe for concurrent use.
 	Exempt func(netip.Addr) bool
+	// IdleUntilSettled hands every connection out idle, and so
+	// reclaimable, until Settle is called on it: for a server without
+	// TrackState (gRPC), whose connections would otherwise be busy from
+	// the first byte, so that ones stalled in their handshake could hold
+	// every slot until their deadline.
+	IdleUntilSettled bool
 }
 
 // Listener is a net.Listener whose Accept hands out connections within its
@@ -86,6 +93,9 @@ func (l *Listener) Accept() (net.Conn, error) {
 		key, ip := l.clientOf(c.RemoteAddr())
 		exempt := l.opts.Exempt != nil && ip.IsValid() && l.opts.Exempt(ip)
 		nc := &conn{Conn: c, l: l, key: key}
+		if l.opts.IdleUntilSettled {
+			nc.state.Store(stateIdle)
+		}
 		admitted, victim := l.take(nc, exempt)
 		if victim != nil {
 			l.reclaimed.Add(1)
@@ -224,7 +234,7 @@ func (l *Listener) clientOf(a net.Addr) (string, netip.Addr) {
 // back.
 const (
 	stateBusy   int32 = iota // serving, or not tracked (not HTTP)
-	stateIdle                // accepted and silent, or between two requests
+	stateIdle                // accepted and silent (or not settled), or between two requests
 	stateClosed              // its slot given back
 )
 
@@ -255,11 +265,8 @@ func (c *conn) Close() error {
 // requests. Connections of other listeners (and those a server hijacks)
 // are left alone; a connection wrapped by crypto/tls is unwrapped.
 func TrackState(nc net.Conn, s http.ConnState) {
-	if tc, ok := nc.(*tls.Conn); ok {
-		nc = tc.NetConn()
-	}
-	c, ok := nc.(*conn)
-	if !ok {
+	c := of(nc)
+	if c == nil {
 		return
 	}
 	switch s {
@@ -268,4 +275,23 @@ func TrackState(nc net.Conn, s http.ConnState) {
 	case http.StateActive, http.StateHijacked:
 		c.state.CompareAndSwap(stateIdle, stateBusy)
 	}
+}
+
+// Settle marks a connection of a Listener with IdleUntilSettled busy,
+// never to be reclaimed: its handshake is done. Other connections are
+// left alone; a connection wrapped by crypto/tls is unwrapped.
+func Settle(nc net.Conn) {
+	if c := of(nc); c != nil {
+		c.state.CompareAndSwap(stateIdle, stateBusy)
+	}
+}
+
+// of returns the Listener's connection nc is or wraps with crypto/tls;
+// nil for another.
+func of(nc net.Conn) *conn {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	c, _ := nc.(*conn)
+	return c
 }

@@ -99,12 +99,10 @@ func TestBoundsPerAddressAndTotal(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Open() == 3 }, 10*time.Second, 10*time.Millisecond)
 }
 
-func TestClosingGivesThePlaceBack(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := connlimit.Wrap(ln, connlimit.Options{Max: 1})
-	addr := ln.Addr().String()
-	accepted := make(chan net.Conn, 1)
+// acceptInto accepts on l until the test ends, handing each connection
+// to the test, unanswered, on the returned channel.
+func acceptInto(t *testing.T, l *connlimit.Listener) <-chan net.Conn {
+	accepted := make(chan net.Conn, 8)
 	go func() {
 		for {
 			c, err := l.Accept()
@@ -115,6 +113,15 @@ func TestClosingGivesThePlaceBack(t *testing.T) {
 		}
 	}()
 	t.Cleanup(func() { l.Close() })
+	return accepted
+}
+
+func TestClosingGivesThePlaceBack(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := connlimit.Wrap(ln, connlimit.Options{Max: 1})
+	addr := ln.Addr().String()
+	accepted := acceptInto(t, l)
 	dialFrom(t, "127.0.0.1", addr)
 	c := <-accepted
 	assert.Equal(t, 1, l.Open())
@@ -353,4 +360,36 @@ func TestBoundsHoldUnderConcurrentDials(t *testing.T) {
 		c.Close()
 	}
 	assert.Zero(t, l.Open())
+}
+
+// TestUnsettledConnectionsAreReclaimed: with IdleUntilSettled a connection
+// is reclaimable from its arrival until Settle: one from a client holding
+// two gives way to another client's, a settled one never does.
+func TestUnsettledConnectionsAreReclaimed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := connlimit.Wrap(ln, connlimit.Options{Max: 2, IdleUntilSettled: true})
+	addr := ln.Addr().String()
+	accepted := acceptInto(t, l)
+	dialFrom(t, "127.0.0.2", addr)
+	settled := <-accepted
+	connlimit.Settle(settled)
+	dialFrom(t, "127.0.0.2", addr)
+	unsettled := <-accepted
+	assert.Equal(t, 1, l.Idle(), "the unsettled one is idle")
+
+	dialFrom(t, "127.0.0.3", addr)
+	newcomer := <-accepted
+	assert.Equal(t, uint64(1), l.Reclaimed(), "the unsettled connection gave way")
+	_, err = unsettled.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, net.ErrClosed, "the unsettled connection is closed")
+	connlimit.Settle(newcomer)
+	assert.Zero(t, l.Idle())
+
+	c := dialFrom(t, "127.0.0.4", addr)
+	assert.False(t, admitted(t, c), "nothing left to reclaim: settled connections stay")
+	assert.Equal(t, uint64(1), l.Refused())
+	assert.Equal(t, 2, l.Open())
+	settled.Close()
+	newcomer.Close()
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -116,7 +115,7 @@ func (r *Rules) add(p *parser, root *yaml.Node) error {
 		r.names[name] = p.file + ": " + origin
 	}
 	r.policies = append(r.policies, p.policies...)
-	sort.Slice(r.policies, func(i, j int) bool { return r.policies[i].Name < r.policies[j].Name })
+	r.count += p.count
 	return nil
 }
 
@@ -127,6 +126,16 @@ type parser struct {
 	domain   string
 	names    map[string]string // policy name -> field path, this file
 	policies []limiter.Policy
+	count    int // domains and descriptors, this file
+}
+
+// counted counts one more domain or descriptor, at path, refusing one over
+// MaxRules.
+func (p *parser) counted(path string, n *yaml.Node) error {
+	if p.count++; p.rules.count+p.count > MaxRules {
+		return p.fail(path, n, "more than %d domains and descriptors in the configuration", MaxRules)
+	}
+	return nil
 }
 
 func (p *parser) fail(field string, n *yaml.Node, format string, args ...any) error {
@@ -172,6 +181,9 @@ func (p *parser) parse(root *yaml.Node) (string, level, error) {
 		// copy so that the loaded rules stay as they are until Add succeeds.
 		lv = p.rules.domains[p.domain].clone()
 	default:
+		if err := p.counted("domain", root); err != nil {
+			return "", nil, err
+		}
 		p.reserveOverrides()
 	}
 	if !yamlwalk.IsNull(descriptors) {
@@ -236,6 +248,9 @@ func (p *parser) descriptor(m *yaml.Node, path string, names []string, lv level,
 		nested     *yaml.Node
 		nestedPath string
 	)
+	if err := p.counted(path, m); err != nil {
+		return err
+	}
 	n := &node{file: p.file, origin: path}
 	var metadata *structpb.Struct
 	err := yamlwalk.Fields(m, path, map[string]yamlwalk.Handler{

@@ -36,6 +36,11 @@ const (
 	MaxFileBytes = 4 << 20
 	// MaxDepth bounds the nesting of descriptors.
 	MaxDepth = 16
+	// MaxRules bounds the domains and descriptors (at every level) of one
+	// configuration, every file or pushed resource together: each costs
+	// about a kilobyte loaded, and a configuration is built whole beside
+	// the running one.
+	MaxRules = 50_000
 	// maxNameBytes is the longest policy name (limiter.Policy allows 128).
 	maxNameBytes = 128
 )
@@ -264,8 +269,9 @@ type LimitHeaderNames struct {
 type Rules struct {
 	domains  map[string]level
 	files    map[string]string // domain -> first file that defined it
-	policies []limiter.Policy  // every stored limit's policy, sorted by name
+	policies []limiter.Policy  // every stored limit's policy
 	names    map[string]string // policy name -> field path that made it
+	count    int               // domains and descriptors, at most MaxRules
 	opts     Options
 }
 
@@ -276,7 +282,11 @@ func NewRules(o Options) *Rules {
 
 // Policies returns the policy of every limit the store decides, sorted by
 // name: the service probes and prunes them.
-func (r *Rules) Policies() []limiter.Policy { return slices.Clone(r.policies) }
+func (r *Rules) Policies() []limiter.Policy {
+	out := slices.Clone(r.policies)
+	slices.SortFunc(out, func(a, b limiter.Policy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
 
 // Domains returns the loaded domain names, sorted.
 func (r *Rules) Domains() []string {

@@ -18,75 +18,98 @@ const XDSTypeURL = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitC
 // its enum name, UNKNOWN meaning none), checked by the same rules, so a
 // resource is accepted exactly when the YAML file it reads as would be. A
 // problem is a *ConfigError naming the resource (`xds:NAME`) and the field;
-// on error r is unchanged.
+// on error r is unchanged. The resource is read as the YAML nodes of its
+// file, built directly (not as text: a push of MaxRules descriptors took
+// gigabytes that way), and nesting past MaxDepth or descriptors past
+// MaxRules are refused before anything is built.
 func (r *Rules) AddXDS(c *rlsconfv3.RateLimitConfig) error {
 	p := &parser{file: "xds:" + strconv.Quote(c.GetName()), rules: r, names: map[string]string{}}
-	descriptors, err := xdsDescriptors(c.GetDescriptors(), "descriptors", 1)
+	count := r.count + 1 // and its domain
+	descriptors, err := xdsDescriptors(c.GetDescriptors(), "descriptors", 1, &count)
 	if err != nil {
 		return p.fail(err.path, nil, "%s", err.reason)
 	}
-	var root yaml.Node
-	if err := root.Encode(xdsRoot{Domain: c.GetDomain(), Descriptors: descriptors}); err != nil {
-		return &ConfigError{File: p.file, Reason: "cannot read the resource: " + err.Error()}
+	root := mapping("domain", str(c.GetDomain()))
+	if descriptors != nil {
+		root.Content = append(root.Content, str("descriptors"), descriptors)
 	}
-	return r.add(p, &root)
+	return r.add(p, root)
 }
-
-// The YAML shape of a RateLimitConfig: the fields envoyproxy/ratelimit
-// reads from the resource, under their file names.
-type (
-	xdsRoot struct {
-		Domain      string          `yaml:"domain"`
-		Descriptors []xdsDescriptor `yaml:"descriptors,omitempty"`
-	}
-	xdsDescriptor struct {
-		Key         string          `yaml:"key"`
-		Value       string          `yaml:"value,omitempty"`
-		RateLimit   *xdsRateLimit   `yaml:"rate_limit,omitempty"`
-		Descriptors []xdsDescriptor `yaml:"descriptors,omitempty"`
-		ShadowMode  bool            `yaml:"shadow_mode,omitempty"`
-	}
-	xdsRateLimit struct {
-		Unit            string       `yaml:"unit,omitempty"`
-		RequestsPerUnit uint32       `yaml:"requests_per_unit"`
-		Unlimited       bool         `yaml:"unlimited,omitempty"`
-		Name            string       `yaml:"name,omitempty"`
-		Replaces        []xdsReplace `yaml:"replaces,omitempty"`
-	}
-	xdsReplace struct {
-		Name string `yaml:"name"`
-	}
-)
 
 // xdsError is a problem found while reading the resource, before the parser.
 type xdsError struct{ path, reason string }
 
-// xdsDescriptors converts a resource's descriptors at path, nested depth
-// levels deep; deeper than MaxDepth is refused here, before any of the
-// nesting is copied.
-func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor, path string, depth int) ([]xdsDescriptor, *xdsError) {
+// xdsDescriptors returns as a YAML sequence (nil when there are none) a
+// resource's descriptors at path, nested depth levels deep, the fields
+// envoyproxy/ratelimit reads under their file names; deeper than MaxDepth,
+// or count (the configuration's domains and descriptors so far) past
+// MaxRules, is refused before any more is built.
+func xdsDescriptors(ds []*rlsconfv3.RateLimitDescriptor, path string, depth int, count *int) (*yaml.Node, *xdsError) {
 	if len(ds) == 0 {
 		return nil, nil
 	}
 	if depth > MaxDepth {
 		return nil, &xdsError{path, fmt.Sprintf("descriptors are nested deeper than %d levels", MaxDepth)}
 	}
-	out := make([]xdsDescriptor, len(ds))
+	out := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq", Content: make([]*yaml.Node, 0, len(ds))}
 	for i, d := range ds {
-		nested, err := xdsDescriptors(d.GetDescriptors(), fmt.Sprintf("%s[%d].descriptors", path, i), depth+1)
+		at := fmt.Sprintf("%s[%d]", path, i)
+		if *count++; *count > MaxRules {
+			return nil, &xdsError{at, fmt.Sprintf("more than %d domains and descriptors in the configuration", MaxRules)}
+		}
+		nested, err := xdsDescriptors(d.GetDescriptors(), at+".descriptors", depth+1, count)
 		if err != nil {
 			return nil, err
 		}
-		out[i] = xdsDescriptor{Key: d.GetKey(), Value: d.GetValue(), Descriptors: nested, ShadowMode: d.GetShadowMode()}
-		if rl := d.GetRateLimit(); rl != nil {
-			out[i].RateLimit = &xdsRateLimit{RequestsPerUnit: rl.GetRequestsPerUnit(), Unlimited: rl.GetUnlimited(), Name: rl.GetName()}
-			if u := rl.GetUnit(); u != rlsconfv3.RateLimitUnit_UNKNOWN {
-				out[i].RateLimit.Unit = strings.ToLower(u.String())
-			}
-			for _, rep := range rl.GetReplaces() {
-				out[i].RateLimit.Replaces = append(out[i].RateLimit.Replaces, xdsReplace{Name: rep.GetName()})
-			}
+		m := mapping("key", str(d.GetKey()))
+		if d.GetValue() != "" {
+			m.Content = append(m.Content, str("value"), str(d.GetValue()))
 		}
+		if rl := d.GetRateLimit(); rl != nil {
+			m.Content = append(m.Content, str("rate_limit"), xdsRateLimit(rl))
+		}
+		if nested != nil {
+			m.Content = append(m.Content, str("descriptors"), nested)
+		}
+		if d.GetShadowMode() {
+			m.Content = append(m.Content, str("shadow_mode"), boolean(true))
+		}
+		out.Content = append(out.Content, m)
 	}
 	return out, nil
+}
+
+// xdsRateLimit is a descriptor's rate_limit as its file's YAML mapping.
+func xdsRateLimit(rl *rlsconfv3.RateLimitPolicy) *yaml.Node {
+	m := mapping("requests_per_unit", &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(uint64(rl.GetRequestsPerUnit()), 10)})
+	if u := rl.GetUnit(); u != rlsconfv3.RateLimitUnit_UNKNOWN {
+		m.Content = append(m.Content, str("unit"), str(strings.ToLower(u.String())))
+	}
+	if rl.GetUnlimited() {
+		m.Content = append(m.Content, str("unlimited"), boolean(true))
+	}
+	if rl.GetName() != "" {
+		m.Content = append(m.Content, str("name"), str(rl.GetName()))
+	}
+	if reps := rl.GetReplaces(); len(reps) > 0 {
+		seq := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
+		for _, rep := range reps {
+			seq.Content = append(seq.Content, mapping("name", str(rep.GetName())))
+		}
+		m.Content = append(m.Content, str("replaces"), seq)
+	}
+	return m
+}
+
+// mapping is a YAML mapping of key to value.
+func mapping(key string, value *yaml.Node) *yaml.Node {
+	return &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map", Content: []*yaml.Node{str(key), value}}
+}
+
+// str is a YAML string scalar.
+func str(v string) *yaml.Node { return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v} }
+
+// boolean is a YAML boolean scalar.
+func boolean(v bool) *yaml.Node {
+	return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v)}
 }

@@ -1,6 +1,7 @@
 package envoy
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -83,4 +84,37 @@ func TestBadXDSResourcesNameTheField(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 		assert.Empty(t, r.Domains(), "nothing loaded")
 	}
+}
+
+// TestRulesAreBounded: a configuration holds at most MaxRules domains and
+// descriptors, every file and resource together; one more is refused,
+// naming where, before a pushed resource is converted; the rules stay as
+// they were. A pushed version of that size is read in about as many bytes
+// as its protobuf encoding, not tens of times more (as YAML text).
+func TestRulesAreBounded(t *testing.T) {
+	limit := func(i int) *rlsconfv3.RateLimitDescriptor {
+		return &rlsconfv3.RateLimitDescriptor{Key: fmt.Sprintf("k%d", i), RateLimit: &rlsconfv3.RateLimitPolicy{Unit: rlsconfv3.RateLimitUnit_MINUTE, RequestsPerUnit: 5}}
+	}
+	var ds []*rlsconfv3.RateLimitDescriptor
+	for i := range MaxRules - 2 { // with its domain: one short of the bound
+		ds = append(ds, limit(i))
+	}
+	r := NewRules(Options{})
+	require.NoError(t, r.AddXDS(&rlsconfv3.RateLimitConfig{Name: "big", Domain: "big", Descriptors: ds}))
+	assert.Equal(t, MaxRules-2+len(unitNames), len(r.Policies()), "a policy per descriptor, and the domain's overrides")
+
+	err := r.AddXDS(&rlsconfv3.RateLimitConfig{Name: "two", Domain: "two", Descriptors: []*rlsconfv3.RateLimitDescriptor{limit(0)}})
+	require.ErrorIs(t, err, ErrRules)
+	assert.Equal(t, fmt.Sprintf(`envoy: xds:"two": descriptors[0]: more than %d domains and descriptors in the configuration`, MaxRules), err.Error())
+	err = r.Add("f.yaml", []byte("domain: f\ndescriptors:\n  - key: k\n"))
+	require.ErrorIs(t, err, ErrRules)
+	assert.Equal(t, fmt.Sprintf(`envoy: f.yaml: descriptors[0]: more than %d domains and descriptors in the configuration (line 3)`, MaxRules), err.Error())
+	require.NoError(t, r.Add("g.yaml", []byte("domain: g\n")), "one domain more fits")
+	assert.Equal(t, []string{"big", "g"}, r.Domains())
+
+	// One resource over the bound alone is refused as it is read.
+	ds = append(ds, limit(MaxRules), limit(MaxRules+1))
+	err = NewRules(Options{}).AddXDS(&rlsconfv3.RateLimitConfig{Name: "huge", Domain: "huge", Descriptors: ds})
+	require.ErrorIs(t, err, ErrRules)
+	assert.Contains(t, err.Error(), fmt.Sprintf("more than %d domains and descriptors", MaxRules))
 }

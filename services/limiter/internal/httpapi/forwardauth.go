@@ -37,8 +37,9 @@ type originalRequest struct {
 
 // readOriginal reads the original request from the headers gateways send:
 // X-Original-Method and X-Original-URI (the nginx recipe) before
-// X-Forwarded-Method and X-Forwarded-Uri (Traefik, Caddy), X-Forwarded-Host
-// else Host. Without a method header the request's own method is the
+// X-Forwarded-Method and X-Forwarded-Uri (Traefik, Caddy), and the host of
+// an absolute-form URI (which a server takes over the Host header), else
+// X-Forwarded-Host, else Host. Without a method header the request's own method is the
 // original's; without a URI header nothing can be matched: 400.
 func readOriginal(c *gin.Context) (originalRequest, *problem) {
 	var o originalRequest
@@ -68,11 +69,14 @@ func readOriginal(c *gin.Context) (originalRequest, *problem) {
 	if uri == "" {
 		return o, fail(http.StatusBadRequest, "the original request's URI is missing: the gateway must send X-Forwarded-Uri or X-Original-URI (see docs/gateways.md)")
 	}
-	path, err := gateway.RequestPath(uri)
+	host, path, err := gateway.ParseTarget(uri)
 	if err != nil {
 		return o, fail(http.StatusBadRequest, "X-Forwarded-Uri or X-Original-URI "+strings.TrimPrefix(err.Error(), "gateway: "))
 	}
 	o.path = path
+	if o.host = host; o.host != "" { // an absolute-form target's host wins
+		return o, nil
+	}
 	if o.host, p = first("X-Forwarded-Host"); p != nil {
 		return o, p
 	}

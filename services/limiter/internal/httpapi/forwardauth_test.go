@@ -39,6 +39,7 @@ func gatewayServer(t testing.TB, store limiter.Store) *server {
 			{Match: gateway.Match{PathPrefix: "/keyed/"}, Policies: []string{"api_gw"}, Key: gateway.Key{Kind: gateway.KeyHeader, Header: "X-Api-Key"}},
 			{Match: gateway.Match{PathPrefix: "/keyed/"}, Policies: []string{"api_gw"}, Key: gateway.Key{Kind: gateway.KeyClient}},
 			{Match: gateway.Match{Method: "POST", PathPrefix: "/burst/"}, Policies: []string{"burst_gw"}, Key: gateway.Key{Kind: gateway.KeyGlobal}},
+			{Match: gateway.Match{Host: "limited.test", PathPrefix: "/host/"}, Policies: []string{"api_gw"}, Key: gateway.Key{Kind: gateway.KeyClient}},
 		}
 	})
 }
@@ -143,11 +144,44 @@ func TestForwardAuthMatching(t *testing.T) {
 	}
 }
 
+// TestForwardAuthMatchesOtherSpellings: the same request spelt otherwise
+// meets the same rule: an absolute-form target (whose host wins over
+// X-Forwarded-Host), a host's trailing dot, the path's case, a backslash.
+func TestForwardAuthMatchesOtherSpellings(t *testing.T) {
+	s := gatewayServer(t, openMemory(t))
+	for i, c := range []struct {
+		uri, host, want string
+	}{
+		{"http://api.example.com/api/x", "", `{"allowed":true,"rule":0}`},
+		{"/host/x", "", `{"allowed":true}`},
+		{"http://limited.test/host/x", "", `{"allowed":true,"rule":4}`},
+		{"http://Limited.Test.:8443", "other.test", `{"allowed":true}`},
+		{"/host/x", "Limited.Test.:8443", `{"allowed":true,"rule":4}`},
+		{"/API/x", "", `{"allowed":true,"rule":0}`},
+		{`/api\x`, "", `{"allowed":true,"rule":0}`},
+		{"/api%5cx", "", `{"allowed":true,"rule":0}`},
+	} {
+		client := "192.0.2." + strconv.Itoa(10+i)
+		extra := map[string]string{}
+		if c.host != "" {
+			extra["X-Forwarded-Host"] = c.host
+		}
+		w := s.forward("", c.uri, client, extra)
+		require.Equal(t, http.StatusOK, w.Code, "%s: %s", c.uri, w.Body.String())
+		want := c.want
+		if strings.Contains(want, "rule") {
+			want = strings.TrimSuffix(want, "}") + `,"key":"peer:` + client + `"}`
+		}
+		assert.JSONEq(t, want, w.Body.String(), c.uri)
+	}
+}
+
 func TestForwardAuthBadQuestions(t *testing.T) {
 	s := gatewayServer(t, openMemory(t))
 	for name, h := range map[string]map[string]string{
 		"no uri":       {"X-Forwarded-Method": "GET"},
 		"relative uri": {"X-Forwarded-Uri": "api/x"},
+		"ftp uri":      {"X-Forwarded-Uri": "ftp://h/api/x"},
 		"bad escape":   {"X-Forwarded-Uri": "/api/%zz"},
 		"control":      {"X-Forwarded-Uri": "/api/%0a"},
 		"long api key": {"X-Forwarded-Uri": "/keyed/x", "X-Api-Key": strings.Repeat("k", limiter.MaxKeyLen)},

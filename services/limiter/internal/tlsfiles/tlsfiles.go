@@ -21,10 +21,24 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // MinVersion is the oldest TLS version served: TLS 1.2.
 const MinVersion = tls.VersionTLS12
+
+// cipherSuites are the TLS 1.2 suites served: forward secrecy (ECDHE) and
+// authenticated encryption (AES-GCM, ChaCha20-Poly1305) only, no CBC mode
+// (Go's defaults still offer ECDHE with AES-CBC and HMAC-SHA1). TLS 1.3
+// suites are all of this kind and not configurable.
+var cipherSuites = []uint16{
+	tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+	tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+	tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+	tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+}
 
 // Files names the PEM files of one listener's TLS.
 type Files struct {
@@ -62,7 +76,7 @@ func (e *FileError) Error() string {
 }
 
 // Load reads f and returns the server configuration it makes: TLS 1.2 at
-// least, HTTP/2 and HTTP/1.1 offered by ALPN, and with a ClientCA a client
+// least with cipherSuites, HTTP/2 and HTTP/1.1 offered by ALPN, and with a ClientCA a client
 // certificate required and verified. Any problem is a *FileError.
 func Load(f Files) (*tls.Config, error) {
 	certPEM, err := read(PartCert, f.Cert)
@@ -85,6 +99,7 @@ func Load(f Files) (*tls.Config, error) {
 	}
 	cfg := &tls.Config{
 		MinVersion:   MinVersion,
+		CipherSuites: cipherSuites,
 		Certificates: []tls.Certificate{pair},
 		NextProtos:   []string{"h2", "http/1.1"},
 	}
@@ -162,6 +177,8 @@ type Reloader struct {
 
 	mu   sync.Mutex     // one check at a time
 	seen [3]os.FileInfo // of the files when last read, good or not; nil: absent
+
+	failures atomic.Uint64 // changes whose files could not be used
 }
 
 // New reads f (see Load) and returns its Reloader; reloads are logged to
@@ -205,12 +222,23 @@ func (r *Reloader) Check() {
 	r.seen = now
 	cfg, err := Load(r.files)
 	if err != nil {
+		r.failures.Add(1)
 		r.log.Warn("TLS files changed but cannot be used; the previous certificate stays in use", "cert", r.files.Cert, "error", err.Error())
 		return
 	}
 	r.cur.Store(cfg)
 	r.log.Info("TLS files reloaded", "cert", r.files.Cert, "client_ca", r.files.ClientCA,
 		"not_after", cfg.Certificates[0].Leaf.NotAfter.UTC())
+}
+
+// Failures returns how many changes of the files could not be used (each
+// was logged once, and the last good files stayed in use).
+func (r *Reloader) Failures() uint64 { return r.failures.Load() }
+
+// NotAfter returns the expiry of the certificate served: the last good
+// one read.
+func (r *Reloader) NotAfter() time.Time {
+	return r.cur.Load().Certificates[0].Leaf.NotAfter
 }
 
 // stat returns the state of the cert, key and client CA files; nil for a

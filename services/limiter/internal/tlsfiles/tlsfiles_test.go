@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -134,7 +136,8 @@ func TestNewConnectionsGetTheReplacedCertificateOpenOnesKeepWorking(t *testing.T
 
 func TestBrokenNewFilesKeepTheLastGoodPairAndWarnOnce(t *testing.T) {
 	ca := tlstest.NewCA(t, "ca")
-	files := tlstest.Files(t, ca.Server(t, "good"), nil)
+	good := ca.Server(t, "good")
+	files := tlstest.Files(t, good, nil)
 	log, logs := tlstest.NewLog()
 	r, err := tlsfiles.New(files, log)
 	require.NoError(t, err)
@@ -159,10 +162,14 @@ func TestBrokenNewFilesKeepTheLastGoodPairAndWarnOnce(t *testing.T) {
 			assert.Equal(t, "good", servedName(mustDial(t, addr, ca, nil)), step.name)
 		}
 		assert.Equal(t, i+1, logs.Count(`"level":"WARN"`, "previous certificate stays in use"), step.name)
+		assert.Equal(t, uint64(i+1), r.Failures(), step.name+": counted once per change")
+		assert.Equal(t, good.TLS.Leaf.NotAfter, r.NotAfter(), step.name+": the good pair's expiry")
 		assert.Equal(t, 1, logs.Count(`"level":"WARN"`, step.reason), step.name+": "+logs.String())
 	}
 	tlstest.Replace(t, files.Key, other.KeyPEM)
 	assert.Equal(t, "other", servedName(mustDial(t, addr, ca, nil)), "mended: the new pair is served")
+	assert.Equal(t, other.TLS.Leaf.NotAfter, r.NotAfter(), "the new pair's expiry")
+	assert.Equal(t, uint64(len(steps)), r.Failures(), "a good change is no failure")
 }
 
 func TestMutualTLS(t *testing.T) {
@@ -199,6 +206,35 @@ func TestTLS11IsRefused(t *testing.T) {
 	assert.Contains(t, err.Error(), "protocol version")
 	conn := mustDial(t, addr, ca, nil)
 	assert.GreaterOrEqual(t, conn.ConnectionState().Version, uint16(tls.VersionTLS12))
+}
+
+// TestCipherFloor: a TLS 1.2 client that offers only CBC suites (SHA-1
+// or SHA-256 MACs), RC4 or 3DES is refused in the handshake; one offering
+// an AEAD suite with ECDHE is served.
+func TestCipherFloor(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	r, err := tlsfiles.New(tlstest.Files(t, ca.Server(t, "server"), nil), nil)
+	require.NoError(t, err)
+	addr := echo(t, r)
+	weak := tls.InsecureCipherSuites()
+	for _, suite := range tls.CipherSuites() {
+		if strings.Contains(suite.Name, "_CBC_") && slices.Contains(suite.SupportedVersions, tls.VersionTLS12) {
+			weak = append(weak, suite)
+		}
+	}
+	for _, suite := range weak {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite.ID}})
+		if !assert.Error(t, err, "%s is refused", suite.Name) {
+			_ = conn.Close()
+		}
+	}
+	for _, suite := range []uint16{tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256, tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384, tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256} {
+		conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: ca.Pool(), MaxVersion: tls.VersionTLS12, CipherSuites: []uint16{suite}})
+		if assert.NoError(t, err, tls.CipherSuiteName(suite)) {
+			assert.Equal(t, suite, conn.ConnectionState().CipherSuite)
+			_ = conn.Close()
+		}
+	}
 }
 
 // TestRotationUnderConcurrentHandshakes: 8 clients connect 5 times each

@@ -25,8 +25,10 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// MaxMessageBytes bounds one response of the management server (16 MiB).
-const MaxMessageBytes = 16 << 20
+// MaxMessageBytes bounds one response of the management server: 4 MiB, as
+// one rules file. A bigger one ends the stream (the client reconnects with
+// its backoff, the running rules stay).
+const MaxMessageBytes = 4 << 20
 
 // Backoff between two connection attempts: it doubles from MinBackoff up to
 // MaxBackoff, each wait drawn at random in its upper half, and starts again
@@ -35,6 +37,14 @@ const (
 	MinBackoff = 500 * time.Millisecond
 	MaxBackoff = 30 * time.Second
 )
+
+// MinApplyInterval is the least time between two versions applied: after
+// each ACK or NACK the client waits this long before it reads the next
+// response, so that a management server sending versions as fast as it can
+// costs one apply (and its log lines) a second, not thousands, while HTTP/2
+// flow control holds the rest back. A server that waits for each ACK before
+// sending its latest version, as go-control-plane's does, is only delayed.
+const MinApplyInterval = time.Second
 
 // Apply applies the resources of one response, every one of the client's
 // type, whole: nil accepts them (the client ACKs version), an error refuses
@@ -50,6 +60,8 @@ type Client struct {
 	creds   credentials.TransportCredentials
 	apply   Apply
 	log     *slog.Logger
+	// pace waits MinApplyInterval, or until ctx is done (false).
+	pace func(ctx context.Context) bool
 }
 
 // New returns a client of the management server at addr (host:port) that
@@ -65,7 +77,19 @@ func New(addr, nodeID, typeURL string, creds credentials.TransportCredentials, a
 	}
 	return &Client{
 		addr: addr, node: &corev3.Node{Id: nodeID, UserAgentName: "tollgate"},
-		typeURL: typeURL, creds: creds, apply: apply, log: log,
+		typeURL: typeURL, creds: creds, apply: apply, log: log, pace: wait,
+	}
+}
+
+// wait waits MinApplyInterval, or until ctx is done (false).
+func wait(ctx context.Context) bool {
+	t := time.NewTimer(MinApplyInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
@@ -137,6 +161,9 @@ func (c *Client) stream(ctx context.Context, ads discoveryv3.AggregatedDiscovery
 		req.VersionInfo = *version
 		if err := s.Send(req); err != nil {
 			return got, err
+		}
+		if !c.pace(ctx) {
+			return got, ctx.Err()
 		}
 	}
 }

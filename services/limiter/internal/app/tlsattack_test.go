@@ -1,0 +1,190 @@
+package app
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
+)
+
+// clientHello returns the first flight of a TLS client: its ClientHello
+// record, as a stalled attacker sends it.
+func clientHello(t *testing.T) []byte {
+	t.Helper()
+	client, server := net.Pipe()
+	defer server.Close()
+	go func() {
+		_ = tls.Client(client, &tls.Config{ServerName: "tollgate", NextProtos: []string{"h2"}}).Handshake()
+		_ = client.Close()
+	}()
+	require.NoError(t, server.SetDeadline(time.Now().Add(30*time.Second))) // a hang guard
+	header := make([]byte, 5)
+	_, err := io.ReadFull(server, header)
+	require.NoError(t, err)
+	body := make([]byte, int(header[3])<<8|int(header[4]))
+	_, err = io.ReadFull(server, body)
+	require.NoError(t, err)
+	return append(header, body...)
+}
+
+// stallHandshakes opens n connections to addr from the loopback address
+// from, none of which finishes its TLS handshake: a third send nothing, a
+// third half a ClientHello, a third a whole one and then nothing. They
+// are closed when the test ends.
+func stallHandshakes(t *testing.T, addr, from string, n int, hello []byte) []net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
+	conns := make([]net.Conn, 0, n)
+	for i := range n {
+		c, err := d.Dial("tcp", addr)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		switch i % 3 {
+		case 1:
+			_, _ = c.Write(hello[:len(hello)/2]) // refused connections fail here: fine
+		case 2:
+			_, _ = c.Write(hello)
+		}
+		conns = append(conns, c)
+	}
+	return conns
+}
+
+// fromAddr is a dialer from the loopback address ip.
+func fromAddr(ip string) *net.Dialer {
+	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
+}
+
+// TestStalledHandshakesAreBoundedAndGoodClientsServed: four addresses open
+// 60 connections each to the HTTP and the gRPC listener (bounded to 48
+// connections, 12 per client), none finishing its handshake, and hold them
+// (the handshake deadline, --read-header-timeout, is a minute here): a
+// fifth address still gets /healthz and a gRPC decision, the open
+// connections stay within the bound, and the server's goroutines grow with
+// the bound, not with the flood. Over TLS the stalled connections send
+// nothing, half a ClientHello or a whole one; in plain TCP nothing or half
+// the HTTP/2 preface.
+func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
+	const maxConns, each = 48, 60
+	for _, overTLS := range []bool{true, false} {
+		t.Run(map[bool]string{true: "tls", false: "plain"}[overTLS], func(t *testing.T) {
+			args := []string{"--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json", "--envoy-config", envoyRules,
+				"--max-conns=48", "--max-conns-per-client=12", "--read-header-timeout=1m", "--read-timeout=1m", "--write-timeout=1m"}
+			ca := tlstest.NewCA(t, "ca")
+			scheme, httpTLS, grpcCreds, hello := "http", (*tls.Config)(nil), insecure.NewCredentials(), []byte(http2.ClientPreface)
+			if overTLS {
+				files := tlstest.Files(t, ca.Server(t, "server"), nil)
+				args = append(args, "--tls-cert", files.Cert, "--tls-key", files.Key)
+				scheme, httpTLS, grpcCreds, hello = "https", clientTLS(ca, nil), credentials.NewTLS(clientTLS(ca, nil)), clientHello(t)
+			}
+			l, _, stop := runLogged(t, load(t, args...))
+			t.Cleanup(func() { assert.NoError(t, stop()) })
+			before := runtime.NumGoroutine()
+
+			for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+				stallHandshakes(t, l.Addr, from, each, hello)
+				stallHandshakes(t, l.GRPCAddr, from, each, hello)
+			}
+			good := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+				DialContext: fromAddr("127.0.0.9").DialContext, TLSClientConfig: httpTLS, DisableKeepAlives: true}}
+			resp, err := good.Get(scheme + "://" + l.Addr + "/healthz")
+			if assert.NoError(t, err, "/healthz from a fifth address during the flood") {
+				_ = resp.Body.Close()
+				assert.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+			conn, err := grpc.NewClient(l.GRPCAddr, grpc.WithTransportCredentials(grpcCreds),
+				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+					return fromAddr("127.0.0.9").DialContext(ctx, "tcp", addr)
+				}))
+			require.NoError(t, err)
+			defer conn.Close()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+			defer cancel()
+			answer, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("flood"))
+			if assert.NoError(t, err, "a gRPC decision from a fifth address during the flood") {
+				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
+			}
+			grown := runtime.NumGoroutine() - before
+			t.Logf("goroutines: %d before the flood, %d more during it (%d connections per listener, bound %d)", before, grown, 4*each, maxConns)
+			assert.Less(t, grown, 2*maxConns+32, "goroutines grow with the bound, not the flood")
+
+			resp, err = good.Get(scheme + "://" + l.Addr + "/metrics")
+			require.NoError(t, err)
+			samples := samplesOf(t, resp.Body)
+			_ = resp.Body.Close()
+			for _, listener := range []string{"addr", "grpc_addr"} {
+				assert.LessOrEqual(t, samples[`tollgate_connections_open{listener="`+listener+`"}`], float64(maxConns), listener)
+				turnedAway := samples[`tollgate_connections_refused_total{listener="`+listener+`"}`] + samples[`tollgate_connections_reclaimed_total{listener="`+listener+`"}`]
+				assert.Positive(t, turnedAway, listener+": connections turned away or reclaimed")
+			}
+		})
+	}
+}
+
+// TestStalledHandshakesAreClosedByTheDeadline: connections that never
+// finish their TLS handshake are closed by the server once the handshake
+// deadline (--read-header-timeout, 1 s here) passes, on the HTTPS and the
+// gRPC listener.
+func TestStalledHandshakesAreClosedByTheDeadline(t *testing.T) {
+	ca := tlstest.NewCA(t, "ca")
+	files := tlstest.Files(t, ca.Server(t, "server"), nil)
+	l, _, stop := runLogged(t, load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json",
+		"--envoy-config", envoyRules, "--tls-cert", files.Cert, "--tls-key", files.Key, "--read-header-timeout=1s"))
+	t.Cleanup(func() { assert.NoError(t, stop()) })
+	hello := clientHello(t)
+	for _, addr := range []string{l.Addr, l.GRPCAddr} {
+		for i, c := range stallHandshakes(t, addr, "127.0.0.2", 6, hello) {
+			// Whatever the server sent (its first flight), then the close;
+			// the bound is a hang guard, far above the deadline.
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second)))
+			_, err := io.Copy(io.Discard, c)
+			assert.False(t, errors.Is(err, os.ErrDeadlineExceeded), "%s: stalled connection %d still open after 30 s", addr, i)
+		}
+	}
+}
+
+// TestDecisionsWithoutTheCertificateAnotherListenerAsksForAreWarned: with
+// a client certificate asked for on one listener that decides (the
+// internal one's decision APIs, or Envoy's gRPC), the same decisions
+// still answer without a certificate on the other (gRPC, or POST /json):
+// a client reaching it charges the budgets the certificate guards. The
+// start says so in one WARN naming both; with mutual TLS everywhere, none.
+func TestDecisionsWithoutTheCertificateAnotherListenerAsksForAreWarned(t *testing.T) {
+	ca, clients := tlstest.NewCA(t, "ca"), tlstest.NewCA(t, "clients")
+	files := tlstest.Files(t, ca.Server(t, "server"), clients)
+	const warning = "decisions are served without a client certificate"
+
+	l := serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--internal-tls-client-ca", files.ClientCA)
+	code, _, err := shouldRateLimit(grpcConn(t, l.grpc, ca, nil))
+	require.NoError(t, err, "gRPC without a client certificate")
+	assert.Equal(t, rlsv3.RateLimitResponse_OK, code)
+	assert.Equal(t, 1, l.logs.Count(`"level":"WARN"`, warning, `"mtls":["internal_addr"]`, `"plain":["grpc_addr"]`), l.logs.String())
+
+	l = serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--grpc-tls-client-ca", files.ClientCA)
+	c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: clientTLS(ca, nil)}}
+	resp, err := c.Post("https://"+l.internal+"/json", "application/json", strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"customer","value":"x"}]}]}`))
+	require.NoError(t, err, "POST /json without a client certificate")
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	assert.Equal(t, 1, l.logs.Count(`"level":"WARN"`, warning, `"mtls":["grpc_addr"]`, `"plain":["internal_addr"]`), l.logs.String())
+
+	l = serveListeners(t, "--tls-cert", files.Cert, "--tls-key", files.Key, "--tls-client-ca", files.ClientCA)
+	assert.Zero(t, l.logs.Count(warning), l.logs.String())
+}
