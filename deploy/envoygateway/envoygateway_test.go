@@ -4,17 +4,16 @@
 // volumes laid out as the kubelet does, Envoy Gateway's certificates, and
 // an xDS server built as Envoy Gateway's own pushing the RateLimitConfig its
 // translator makes for an HTTPRoute rule. It runs $LIMITER_BIN as
-// /bin/ratelimit, or the image $LIMITER_IMAGE with podman (make image-test).
+// /bin/ratelimit, or the image $LIMITER_IMAGE with podman (make image-test):
+// see package peerpod.
 package envoygateway_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -33,26 +32,15 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/tollgate/tollgate/deploy/internal/kubelet"
+	"github.com/tollgate/tollgate/deploy/internal/peerpod"
 	"github.com/tollgate/tollgate/deploy/internal/proc"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 )
-
-// ImageEnv names the variable that runs the test against an image with
-// podman instead of $LIMITER_BIN: scripts/image-test.sh sets it.
-const ImageEnv = "LIMITER_IMAGE"
 
 // refused lists the Deployments Tollgate refuses to start, with the
 // variable its error must name: Envoy Gateway's Redis TLS case shows Redis
 // a client certificate (REDIS_TLS_CLIENT_CERT), which Tollgate cannot.
 var refused = map[string]string{"redis-tls-settings": "REDIS_TLS_CLIENT_CERT"}
-
-// cluster maps the Services the Deployments name to the test's servers, as
-// the cluster's DNS would resolve them.
-type cluster struct{ xds, redis string }
-
-func (c cluster) resolve(v string) string {
-	return strings.NewReplacer("envoy-gateway:18001", c.xds, "redis.redis.svc:6379", c.redis).Replace(v)
-}
 
 // TestEnvoyGatewayDeployments: each of Envoy Gateway's rendered rate-limit
 // Deployments starts Tollgate as it starts the peer; it becomes ready on
@@ -64,7 +52,6 @@ func (c cluster) resolve(v string) string {
 // limit with no restart. A Deployment Tollgate cannot serve (refused) must
 // stop the start naming the variable.
 func TestEnvoyGatewayDeployments(t *testing.T) {
-	run := runner(t)
 	files, err := filepath.Glob(filepath.Join("testdata", "*.yaml"))
 	require.NoError(t, err)
 	require.NotEmpty(t, files)
@@ -85,11 +72,10 @@ func TestEnvoyGatewayDeployments(t *testing.T) {
 			pod.Secrets["ratelimit-redis-redisstd"] = map[string]string{"REDIS_ENDPOINT": "redis.redis.svc:6379"}
 			pod.Secrets["ratelimit-cert"] = certs.secret()
 			mounts := pod.Mount(t, spec, c)
-			dns := cluster{xds: x.addr, redis: redis.Addr()}
+			svc := peerpod.Services{"envoy-gateway:18001": x.addr, "redis.redis.svc:6379": redis.Addr()}
 
 			if want, ok := refused[name]; ok {
-				_, ports := movePorts(t, dep)
-				p := run(t, spec, pod, mounts, dns, ports)
+				p := peerpod.Launch(t, dep.Spec.Template, pod, mounts, svc)
 				select {
 				case <-p.Exited():
 				case <-time.After(time.Minute): // a hang guard
@@ -100,47 +86,30 @@ func TestEnvoyGatewayDeployments(t *testing.T) {
 			}
 
 			x.push(t, "1", egRules(3))
-			var (
-				p     *proc.Process
-				moved map[int32]int
-			)
-			for attempt := 1; ; attempt++ {
-				var env map[string]string
-				moved, env = movePorts(t, dep)
-				p = run(t, spec, pod, mounts, dns, env)
-				ready := c.ReadinessProbe.HTTPGet
-				err := p.Poll(fmt.Sprintf("http://127.0.0.1:%d%s", moved[ready.Port.IntVal], ready.Path), http.StatusOK, nil)
-				if err == nil {
-					break
-				}
-				if !p.BindFailed() || attempt == 3 {
-					t.Fatal(err)
-				}
-				t.Logf("attempt %d: a port was taken meanwhile; again on other ports", attempt)
-			}
+			p := peerpod.Start(t, dep.Spec.Template, pod, mounts, svc)
 			for _, probe := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
 				require.NotNil(t, probe)
 				require.NotNil(t, probe.HTTPGet)
-				p.WaitStatus(t, fmt.Sprintf("http://127.0.0.1:%d%s", moved[probe.HTTPGet.Port.IntVal], probe.HTTPGet.Path), http.StatusOK, nil)
+				p.WaitStatus(t, p.URL(t, probe.HTTPGet.Port.IntVal, probe.HTTPGet.Path), http.StatusOK, nil)
 			}
 			for _, cp := range c.Ports {
-				conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", moved[cp.ContainerPort]))
+				conn, err := net.Dial("tcp", fmt.Sprintf("127.0.0.1:%d", p.Ports[cp.ContainerPort]))
 				require.NoError(t, err, "container port %s (%d) does not accept connections", cp.Name, cp.ContainerPort)
 				conn.Close()
 			}
 			if a := dep.Spec.Template.Annotations; a["prometheus.io/scrape"] == "true" {
 				port, err := strconv.Atoi(a["prometheus.io/port"])
 				require.NoError(t, err)
-				p.WaitStatus(t, fmt.Sprintf("http://127.0.0.1:%d%s", moved[int32(port)], a["prometheus.io/path"]), http.StatusOK, nil)
+				p.WaitStatus(t, p.URL(t, int32(port), a["prometheus.io/path"]), http.StatusOK, nil)
 			}
 
-			rls := rlsClient(t, moved[portNamed(t, c, "grpc")], certs)
+			rls := rlsClient(t, p.Ports[portNamed(t, c, "grpc")], certs)
 			// The rules count per hour: when an hour ends while the test
 			// asks, the counts start again, and so does the test, once, in
 			// the new hour.
 			for attempt := 0; ; attempt++ {
 				hour := time.Now().Truncate(time.Hour)
-				got := egAnswers(t, x, rls, attempt, p)
+				got := egAnswers(t, x, rls, attempt, p.Process)
 				if attempt == 1 || time.Now().Truncate(time.Hour).Equal(hour) {
 					assert.Equal(t, egWant, got)
 					break
@@ -162,195 +131,6 @@ func readDeployment(t *testing.T, file string) *appsv1.Deployment {
 	require.Equal(t, "apps/v1", dep.APIVersion)
 	require.Equal(t, "Deployment", dep.Kind)
 	return dep
-}
-
-// movePorts picks a free port for each port the peer listens on, set by
-// its variables with its defaults (envoyproxy/ratelimit f2fb157,
-// src/settings/settings.go: PORT 8080, GRPC_PORT 8081, PROMETHEUS_ADDR
-// with USE_PROMETHEUS): a pod has its own network, the test's processes
-// share the machine's. It returns the Deployment's port -> the free one,
-// and the variables to set; every port the Deployment probes, declares or
-// scrapes must be one of them.
-func movePorts(t *testing.T, dep *appsv1.Deployment) (map[int32]int, map[string]string) {
-	t.Helper()
-	c := dep.Spec.Template.Spec.Containers[0]
-	get := func(name, def string) string {
-		for _, e := range c.Env {
-			if e.Name == name && e.Value != "" {
-				return e.Value
-			}
-		}
-		return def
-	}
-	moved, env := map[int32]int{}, map[string]string{}
-	move := func(name, value string) {
-		host, port, found := strings.Cut(value, ":")
-		if !found {
-			host, port = "", value
-		}
-		n, err := strconv.Atoi(port)
-		require.NoError(t, err, "%s=%s", name, value)
-		free := proc.FreePort(t)
-		moved[int32(n)] = free
-		if found {
-			env[name] = fmt.Sprintf("%s:%d", host, free)
-		} else {
-			env[name] = strconv.Itoa(free)
-		}
-	}
-	move("PORT", get("PORT", "8080"))
-	move("GRPC_PORT", get("GRPC_PORT", "8081"))
-	if get("USE_PROMETHEUS", "false") == "true" {
-		move("PROMETHEUS_ADDR", get("PROMETHEUS_ADDR", ":9090"))
-	}
-	used := map[string]int32{}
-	for _, p := range []*corev1.Probe{c.StartupProbe, c.ReadinessProbe, c.LivenessProbe} {
-		if p != nil && p.HTTPGet != nil {
-			used["probe "+p.HTTPGet.Path] = p.HTTPGet.Port.IntVal
-		}
-	}
-	for _, cp := range c.Ports {
-		used["container port "+cp.Name] = cp.ContainerPort
-	}
-	if a := dep.Spec.Template.Annotations["prometheus.io/port"]; a != "" {
-		n, err := strconv.Atoi(a)
-		require.NoError(t, err)
-		used["scrape annotation"] = int32(n)
-	}
-	for what, port := range used {
-		require.Contains(t, moved, port, "%s uses port %d, on which the peer's PORT, GRPC_PORT and PROMETHEUS_ADDR open nothing", what, port)
-	}
-	return moved, env
-}
-
-// start runs the container of spec in pod with its env (resolved, the cluster's
-// Services mapped by dns, and ports replacing the peer's port variables)
-// and returns the process.
-type start func(t *testing.T, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, dns cluster, ports map[string]string) *proc.Process
-
-// podEnv is c's env as the kubelet sets it, the Services resolved by dns,
-// ports set over it; paths maps each value (the binary sees host paths,
-// the image its own).
-func podEnv(t *testing.T, c corev1.Container, pod *kubelet.Pod, dns cluster, ports map[string]string, paths func(string) string) []string {
-	t.Helper()
-	var env []string
-	for _, e := range c.Env {
-		if _, ok := ports[e.Name]; !ok {
-			env = append(env, e.Name+"="+paths(dns.resolve(pod.Resolve(t, e, c))))
-		}
-	}
-	for k, v := range ports {
-		env = append(env, k+"="+v)
-	}
-	return env
-}
-
-// runner returns how the test starts a container: the image with podman
-// when $LIMITER_IMAGE is set, else $LIMITER_BIN linked as the command.
-func runner(t *testing.T) start {
-	t.Helper()
-	if image := os.Getenv(ImageEnv); image != "" {
-		return func(t *testing.T, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, dns cluster, ports map[string]string) *proc.Process {
-			return runImage(t, image, spec, pod, m, dns, ports)
-		}
-	}
-	bin := proc.Bin(t)
-	return func(t *testing.T, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, dns cluster, ports map[string]string) *proc.Process {
-		t.Helper()
-		c := spec.Containers[0]
-		// The command, /bin/ratelimit, is the binary under that name.
-		binDir := filepath.Join(pod.Root, "bin")
-		require.NoError(t, os.MkdirAll(binDir, 0o755))
-		cmd := filepath.Join(binDir, filepath.Base(c.Command[0]))
-		if _, err := os.Lstat(cmd); os.IsNotExist(err) {
-			require.NoError(t, os.Symlink(bin, cmd))
-		}
-		m.Paths[filepath.Dir(c.Command[0])] = binDir
-		env := kubelet.ImageEnv(t, filepath.Join("..", "..", "Containerfile"), m)
-		env = append(env, podEnv(t, c, pod, dns, ports, func(v string) string { return m.Rewrite(t, v) })...)
-		args := make([]string, len(c.Args))
-		for i, a := range c.Args {
-			args[i] = m.Rewrite(t, a)
-		}
-		return proc.Start(t, m.Rewrite(t, c.Command[0]), m.WorkDir, args, env)
-	}
-}
-
-// runImage runs image with podman as the kubelet runs spec's container: the command as
-// entrypoint, the env, each volume mount (-v), the security context; on
-// the host's network (ports moved as for the binary), with the runtime and
-// ulimits of scripts/image-test.sh (PODMAN_FLAGS, PODMAN_RUN_FLAGS).
-func runImage(t *testing.T, image string, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, dns cluster, ports map[string]string) *proc.Process {
-	t.Helper()
-	c := spec.Containers[0]
-	flags := func(name, def string) []string {
-		if v, ok := os.LookupEnv(name); ok {
-			return strings.Fields(v)
-		}
-		return strings.Fields(def)
-	}
-	name := fmt.Sprintf("tollgate-eg-%d-%d", os.Getpid(), time.Now().UnixNano())
-	entrypoint, err := json.Marshal(c.Command)
-	require.NoError(t, err)
-	args := append(flags("PODMAN_FLAGS", "--runtime runc"), "run", "--rm", "--name", name, "--entrypoint", string(entrypoint))
-	args = append(args, flags("PODMAN_RUN_FLAGS", "--network host --ulimit nofile=4096:4096 --ulimit nproc=4096:4096")...)
-	for _, e := range podEnv(t, c, pod, dns, ports, func(v string) string { return v }) {
-		args = append(args, "-e", e)
-	}
-	for _, vm := range c.VolumeMounts {
-		v := m.Paths[vm.MountPath] + ":" + vm.MountPath
-		if vm.ReadOnly {
-			v += ":ro"
-		}
-		args = append(args, "-v", v)
-	}
-	args = append(args, securityFlags(spec.SecurityContext, c.SecurityContext)...)
-	args = append(append(args, image), c.Args...)
-	t.Cleanup(func() {
-		_ = exec.Command("podman", append(flags("PODMAN_FLAGS", "--runtime runc"), "rm", "-f", "-i", name)...).Run()
-	})
-	return proc.Start(t, "podman", pod.Root, args, os.Environ())
-}
-
-// securityFlags are podman's flags for a container's security context
-// over its pod's, as the kubelet applies them.
-func securityFlags(pod *corev1.PodSecurityContext, sc *corev1.SecurityContext) []string {
-	var out []string
-	if pod == nil {
-		pod = &corev1.PodSecurityContext{}
-	}
-	if sc == nil {
-		sc = &corev1.SecurityContext{}
-	}
-	user, group := pod.RunAsUser, pod.RunAsGroup
-	if sc.RunAsUser != nil {
-		user = sc.RunAsUser
-	}
-	if sc.RunAsGroup != nil {
-		group = sc.RunAsGroup
-	}
-	if user != nil {
-		u := strconv.FormatInt(*user, 10)
-		if group != nil {
-			u += ":" + strconv.FormatInt(*group, 10)
-		}
-		out = append(out, "--user", u)
-	}
-	if sc.ReadOnlyRootFilesystem != nil && *sc.ReadOnlyRootFilesystem {
-		out = append(out, "--read-only")
-	}
-	if sc.Capabilities != nil {
-		for _, cp := range sc.Capabilities.Drop {
-			out = append(out, "--cap-drop", string(cp))
-		}
-	}
-	if sc.AllowPrivilegeEscalation != nil && !*sc.AllowPrivilegeEscalation {
-		out = append(out, "--security-opt", "no-new-privileges")
-	}
-	if sc.Privileged != nil && *sc.Privileged {
-		out = append(out, "--privileged")
-	}
-	return out
 }
 
 func portNamed(t *testing.T, c corev1.Container, name string) int32 {
