@@ -97,51 +97,71 @@ func (m Mounts) Rewrite(t testing.TB, s string) string {
 	return ""
 }
 
-// Mount lays out every volume of spec the kubelet's way and maps c's mount
-// paths onto them; claims names the volumes that a StatefulSet's
+// Mount lays out every volume c mounts the kubelet's way and maps c's
+// mount paths onto them; claims names the volumes that a StatefulSet's
 // volumeClaimTemplates provide (an empty folder each). The image's /data
-// (its WORKDIR) is a folder of its own when no volume is mounted there.
+// (its WORKDIR) is a folder of its own when no volume is mounted there. A
+// mount inside another mapped path (a ConfigMap at /data/ratelimit/config)
+// is laid out inside that path's folder, where the container finds it.
 func (p *Pod) Mount(t testing.TB, spec corev1.PodSpec, c corev1.Container, claims ...string) Mounts {
 	t.Helper()
-	vols := map[string]string{}
+	vols := map[string]corev1.Volume{}
 	for _, v := range spec.Volumes {
-		dir := filepath.Join(p.Root, "volumes", v.Name)
-		switch {
-		case v.ConfigMap != nil:
-			data, ok := p.ConfigMaps[v.ConfigMap.Name]
-			optional := v.ConfigMap.Optional != nil && *v.ConfigMap.Optional
-			require.True(t, ok || optional, "volume %s mounts ConfigMap %s, which the test does not provide", v.Name, v.ConfigMap.Name)
-			WriteAtomic(t, dir, data)
-		case v.Secret != nil:
-			data, ok := p.Secrets[v.Secret.SecretName]
-			optional := v.Secret.Optional != nil && *v.Secret.Optional
-			require.True(t, ok || optional, "volume %s mounts Secret %s, which the test does not provide", v.Name, v.Secret.SecretName)
-			WriteAtomic(t, dir, data)
-		case v.EmptyDir != nil:
-			require.NoError(t, os.MkdirAll(dir, 0o755))
-		default:
-			t.Fatalf("volume %s: a kind the test does not lay out", v.Name)
-		}
-		vols[v.Name] = dir
+		vols[v.Name] = v
 	}
 	for _, name := range claims {
-		dir := filepath.Join(p.Root, "volumes", name)
-		require.NoError(t, os.MkdirAll(dir, 0o755))
-		vols[name] = dir
+		vols[name] = corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}
 	}
 	m := Mounts{Paths: map[string]string{}}
-	for _, vm := range c.VolumeMounts {
-		dir, ok := vols[vm.Name]
-		require.True(t, ok, "mount %s names no volume", vm.Name)
-		m.Paths[vm.MountPath] = filepath.Join(dir, vm.SubPath)
-	}
-	if _, ok := m.Paths["/data"]; !ok {
+	mounts := append([]corev1.VolumeMount(nil), c.VolumeMounts...)
+	sort.SliceStable(mounts, func(i, j int) bool { return len(mounts[i].MountPath) < len(mounts[j].MountPath) })
+	if len(mounts) == 0 || mounts[0].MountPath != "/data" {
 		dir := filepath.Join(p.Root, "image-data")
 		require.NoError(t, os.MkdirAll(dir, 0o755))
 		m.Paths["/data"] = dir
 	}
+	laid := map[string]string{} // volume name -> its folder
+	for _, vm := range mounts {
+		v, ok := vols[vm.Name]
+		require.True(t, ok, "mount %s names no volume", vm.Name)
+		dir, ok := laid[vm.Name]
+		if !ok {
+			dir = filepath.Join(p.Root, "volumes", vm.Name)
+			if vm.SubPath == "" && vm.MountPath != "/data" {
+				for parent, host := range m.Paths {
+					if strings.HasPrefix(vm.MountPath, parent+"/") {
+						dir = filepath.Join(host, strings.TrimPrefix(vm.MountPath, parent))
+					}
+				}
+			}
+			p.layOut(t, v, dir)
+			laid[vm.Name] = dir
+		}
+		m.Paths[vm.MountPath] = filepath.Join(dir, vm.SubPath)
+	}
 	m.WorkDir = m.Paths["/data"]
 	return m
+}
+
+// layOut writes volume v into dir as the kubelet does.
+func (p *Pod) layOut(t testing.TB, v corev1.Volume, dir string) {
+	t.Helper()
+	switch {
+	case v.ConfigMap != nil:
+		data, ok := p.ConfigMaps[v.ConfigMap.Name]
+		optional := v.ConfigMap.Optional != nil && *v.ConfigMap.Optional
+		require.True(t, ok || optional, "volume %s mounts ConfigMap %s, which the test does not provide", v.Name, v.ConfigMap.Name)
+		WriteAtomic(t, dir, data)
+	case v.Secret != nil:
+		data, ok := p.Secrets[v.Secret.SecretName]
+		optional := v.Secret.Optional != nil && *v.Secret.Optional
+		require.True(t, ok || optional, "volume %s mounts Secret %s, which the test does not provide", v.Name, v.Secret.SecretName)
+		WriteAtomic(t, dir, data)
+	case v.EmptyDir != nil:
+		require.NoError(t, os.MkdirAll(dir, 0o755))
+	default:
+		t.Fatalf("volume %s: a kind the test does not lay out", v.Name)
+	}
 }
 
 // firstVersion is the name of the folder of a volume's first content.
