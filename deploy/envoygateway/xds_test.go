@@ -10,6 +10,8 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -23,6 +25,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+
+	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
 )
 
 // egNode is the node id under which Envoy Gateway's rate-limit runner sets
@@ -43,6 +47,10 @@ type egCerts struct {
 	gateway, envoy, ratelimit   tls.Certificate
 	ratelimitCert, ratelimitKey []byte
 	pool                        *x509.CertPool
+	// For backend.redis.tls: Redis' own certificate and the client
+	// certificate of the Secret certificateRef names (the operator's, here
+	// signed by the same CA).
+	redisCert, redisKey, redisClientCert, redisClientKey []byte
 }
 
 func newEGCerts(t *testing.T) *egCerts {
@@ -86,7 +94,35 @@ func newEGCerts(t *testing.T) *egCerts {
 	}, []net.IP{net.IPv4(127, 0, 0, 1)})
 	_, _, c.envoy = leaf(3, "*", []string{"*.envoy-gateway-system"}, nil)
 	c.ratelimitCert, c.ratelimitKey, c.ratelimit = leaf(4, "*", []string{"*.envoy-gateway-system"}, nil)
+	c.redisCert, c.redisKey, _ = leaf(5, "redis", []string{"redis.redis.svc"}, []net.IP{net.IPv4(127, 0, 0, 1)})
+	c.redisClientCert, c.redisClientKey, _ = leaf(6, "envoy-ratelimit", nil, nil)
 	return c
+}
+
+// redisClientSecret is the kubernetes.io/tls Secret of the Redis client
+// certificate, as the rate-limit pod mounts it at /redis-certs.
+func (c *egCerts) redisClientSecret() map[string]string {
+	return map[string]string{"tls.crt": string(c.redisClientCert), "tls.key": string(c.redisClientKey)}
+}
+
+// redisServer is a Redis' TLS: its certificate, the CA its clients'
+// must chain to, the password.
+func (c *egCerts) redisServer(t *testing.T, password string) redistest.TLS {
+	t.Helper()
+	return redistest.TLS{Cert: writeFile(t, "redis.crt", c.redisCert), Key: writeFile(t, "redis.key", c.redisKey), ClientCA: c.caFile(t), Password: password}
+}
+
+// caFile is the CA's certificate in a file.
+func (c *egCerts) caFile(t *testing.T) string {
+	t.Helper()
+	return writeFile(t, "ca.crt", c.ca)
+}
+
+func writeFile(t *testing.T, name string, data []byte) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, data, 0o644))
+	return path
 }
 
 // secret is the envoy-rate-limit Secret's data, as the rate-limit pod

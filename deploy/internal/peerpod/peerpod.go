@@ -29,16 +29,26 @@ import (
 // with podman instead of $LIMITER_BIN: scripts/image-test.sh sets it.
 const ImageEnv = "LIMITER_IMAGE"
 
-// Services maps the host:port of each Service the pod names to the test's
-// server, as the cluster's DNS would resolve it.
-type Services map[string]string
+// Cluster is what the pod finds around it.
+type Cluster struct {
+	// Services maps the host:port of each Service the pod names to the
+	// test's server, as the cluster's DNS would resolve it.
+	Services map[string]string
+	// SystemCA, when set, is a PEM file the container trusts as its
+	// system's CAs, as an image built with the operator's own CA does: the
+	// binary's SSL_CERT_FILE, the image's /etc/ssl/certs/ca-certificates.crt.
+	SystemCA string
+}
 
-func (s Services) resolve(v string) string {
-	for from, to := range s {
+func (c Cluster) resolve(v string) string {
+	for from, to := range c.Services {
 		v = strings.ReplaceAll(v, from, to)
 	}
 	return v
 }
+
+// imageCAs is where the image keeps the system's CA certificates.
+const imageCAs = "/etc/ssl/certs/ca-certificates.crt"
 
 // Pod is a started pod: its process and where each port the pod spec
 // names (probes, container ports, scrape annotation) listens now.
@@ -58,12 +68,12 @@ func (p *Pod) URL(t testing.TB, port int32, path string) string {
 // Start starts tmpl's container (Launch) and waits until its readiness
 // probe answers 200, starting again on other ports when one was taken
 // before the process bound it.
-func Start(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubelet.Mounts, svc Services) *Pod {
+func Start(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubelet.Mounts, cl Cluster) *Pod {
 	t.Helper()
 	ready := tmpl.Spec.Containers[0].ReadinessProbe
 	require.True(t, ready != nil && ready.HTTPGet != nil, "the container has no HTTP readiness probe")
 	for attempt := 1; ; attempt++ {
-		p := Launch(t, tmpl, pod, m, svc)
+		p := Launch(t, tmpl, pod, m, cl)
 		err := p.Poll(p.URL(t, ready.HTTPGet.Port.IntVal, ready.HTTPGet.Path), http.StatusOK, nil)
 		if err == nil {
 			return p
@@ -77,12 +87,12 @@ func Start(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubele
 
 // Launch starts tmpl's only container on free ports (see movePorts)
 // without waiting for it.
-func Launch(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubelet.Mounts, svc Services) *Pod {
+func Launch(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubelet.Mounts, cl Cluster) *Pod {
 	t.Helper()
 	require.Len(t, tmpl.Spec.Containers, 1)
 	moved, ports := movePorts(t, tmpl)
 	if image := os.Getenv(ImageEnv); image != "" {
-		return &Pod{Process: runImage(t, image, tmpl.Spec, pod, m, svc, ports), Ports: moved}
+		return &Pod{Process: runImage(t, image, tmpl.Spec, pod, m, cl, ports), Ports: moved}
 	}
 	c := tmpl.Spec.Containers[0]
 	require.NotEmpty(t, c.Command, "the container runs the image's entrypoint, not the peer's command")
@@ -95,7 +105,10 @@ func Launch(t testing.TB, tmpl corev1.PodTemplateSpec, pod *kubelet.Pod, m kubel
 	}
 	m.Paths[filepath.Dir(c.Command[0])] = binDir
 	env := kubelet.ImageEnv(t, filepath.Join(moduleRoot(t), "..", "Containerfile"), m)
-	env = append(env, podEnv(t, c, pod, svc, ports, func(v string) string { return m.Rewrite(t, v) })...)
+	env = append(env, podEnv(t, c, pod, cl, ports, func(v string) string { return m.Rewrite(t, v) })...)
+	if cl.SystemCA != "" {
+		env = append(env, "SSL_CERT_FILE="+cl.SystemCA)
+	}
 	args := make([]string, 0, len(c.Command)-1+len(c.Args))
 	for _, a := range append(c.Command[1:], c.Args...) {
 		args = append(args, m.Rewrite(t, a))
@@ -187,12 +200,12 @@ func cutPort(v string) (host, port string, found bool) {
 // podEnv is c's env as the kubelet sets it, the Services resolved, ports
 // set over it; paths maps each value (the binary sees host paths, the
 // image its own).
-func podEnv(t testing.TB, c corev1.Container, pod *kubelet.Pod, svc Services, ports map[string]string, paths func(string) string) []string {
+func podEnv(t testing.TB, c corev1.Container, pod *kubelet.Pod, cl Cluster, ports map[string]string, paths func(string) string) []string {
 	t.Helper()
 	var env []string
 	for _, e := range c.Env {
 		if _, ok := ports[e.Name]; !ok {
-			env = append(env, e.Name+"="+paths(svc.resolve(pod.Resolve(t, e, c))))
+			env = append(env, e.Name+"="+paths(cl.resolve(pod.Resolve(t, e, c))))
 		}
 	}
 	for k, v := range ports {
@@ -206,7 +219,7 @@ func podEnv(t testing.TB, c corev1.Container, pod *kubelet.Pod, svc Services, po
 // context; on the host's network (ports moved as for the binary), with the
 // runtime and ulimits of scripts/image-test.sh (PODMAN_FLAGS,
 // PODMAN_RUN_FLAGS).
-func runImage(t testing.TB, image string, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, svc Services, ports map[string]string) *proc.Process {
+func runImage(t testing.TB, image string, spec corev1.PodSpec, pod *kubelet.Pod, m kubelet.Mounts, cl Cluster, ports map[string]string) *proc.Process {
 	t.Helper()
 	c := spec.Containers[0]
 	flags := func(name, def string) []string {
@@ -224,7 +237,7 @@ func runImage(t testing.TB, image string, spec corev1.PodSpec, pod *kubelet.Pod,
 		args = append(args, "--entrypoint", string(entrypoint))
 	}
 	args = append(args, flags("PODMAN_RUN_FLAGS", "--network host --ulimit nofile=4096:4096 --ulimit nproc=4096:4096")...)
-	for _, e := range podEnv(t, c, pod, svc, ports, func(v string) string { return v }) {
+	for _, e := range podEnv(t, c, pod, cl, ports, func(v string) string { return v }) {
 		args = append(args, "-e", e)
 	}
 	for _, vm := range c.VolumeMounts {
@@ -233,6 +246,9 @@ func runImage(t testing.TB, image string, spec corev1.PodSpec, pod *kubelet.Pod,
 			v += ":ro"
 		}
 		args = append(args, "-v", v)
+	}
+	if cl.SystemCA != "" {
+		args = append(args, "-v", cl.SystemCA+":"+imageCAs+":ro")
 	}
 	args = append(args, securityFlags(spec.SecurityContext, c.SecurityContext)...)
 	args = append(append(args, image), c.Args...)

@@ -246,7 +246,7 @@ func TestIstioExampleServesTheRules(t *testing.T) {
 	tmpl := ex.deploy.Spec.Template
 	c := tmpl.Spec.Containers[0]
 	mounts := pod.Mount(t, tmpl.Spec, c)
-	p := peerpod.Start(t, tmpl, pod, mounts, peerpod.Services{"redis:6379": redis.Addr()})
+	p := peerpod.Start(t, tmpl, pod, mounts, peerpod.Cluster{Services: map[string]string{"redis:6379": redis.Addr()}})
 	for _, probe := range []*corev1.Probe{c.ReadinessProbe, c.LivenessProbe} {
 		p.WaitStatus(t, p.URL(t, probe.HTTPGet.Port.IntVal, probe.HTTPGet.Path), http.StatusOK, nil)
 	}
