@@ -60,6 +60,10 @@ lint: ## gofmt, go vet and staticcheck (pinned in services/limiter/go.mod) on ev
 manifests: ## re-render deploy/kubernetes/tollgate-*.yaml from the Helm chart and its examples (a test fails when they are stale)
 	cd deploy && $(GO) test -count=1 -run '^TestRenderedManifests$$' ./helm -update
 
+.PHONY: docs-tables
+docs-tables: ## regenerate docs/envoy.md's table of envoyproxy/ratelimit's variables from the code (a test fails when it is stale)
+	cd services/limiter && $(GO) test -count=1 -run '^TestEnvoyDocPeerTable$$' ./internal/config -update
+
 .PHONY: atk
 atk: build ## start two services on free ports (with and without admin key) and run the attack suite
 	scripts/atk.sh $(BIN)

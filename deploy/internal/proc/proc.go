@@ -62,6 +62,9 @@ type Process struct {
 // Output returns what the process wrote to stdout and stderr so far.
 func (p *Process) Output() string { return p.out.String() }
 
+// Exited is closed when the process has exited.
+func (p *Process) Exited() <-chan struct{} { return p.done }
+
 // Start runs bin with args and exactly env (nothing of the test's own
 // environment leaks in), in dir, and stops it at cleanup.
 func Start(t testing.TB, bin, dir string, args, env []string) *Process {

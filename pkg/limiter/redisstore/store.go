@@ -42,6 +42,7 @@ package redisstore
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -96,6 +97,7 @@ type config struct {
 	onChange     func(from, to BreakerState)
 	clock        limiter.Clock
 	maxBatch     int
+	tls          *tls.Config
 }
 
 // Option configures Open.
@@ -145,6 +147,13 @@ func WithMaxBatch(n int) Option { return func(c *config) { c.maxBatch = n } }
 // WithBreakerClock makes the circuit breaker time its interval and cooldown
 // with clk (default the system clock). Decisions never read it.
 func WithBreakerClock(clk limiter.Clock) Option { return func(c *config) { c.clock = clk } }
+
+// WithTLSConfig sets the TLS of a rediss URL: the CAs Redis' certificate
+// must chain to (RootCAs) and the client certificate shown to a Redis that
+// asks for one (Certificates or GetClientCertificate). Without it, the
+// system's CAs and no client certificate. The server name checked is the
+// address's host unless c sets one. A plain redis URL refuses it.
+func WithTLSConfig(c *tls.Config) Option { return func(o *config) { o.tls = c } }
 
 func (c *config) validate() error {
 	bad := func(format string, args ...any) error {
@@ -204,12 +213,15 @@ func Open(url string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.tls != nil && !t.TLS {
+		return nil, fmt.Errorf("redisstore: a TLS configuration for a redis:// URL, which does not use TLS (rediss:// does): %w", ErrInvalidConfig)
+	}
 	pool := c.poolSize
 	if pool == 0 {
 		pool = 10 * runtime.GOMAXPROCS(0) // go-redis's default, which the flushers need to know
 	}
 	s := &Store{
-		router:       newRouter(t, ioOptions{poolSize: pool, timeout: c.probeTimeout, dial: c.probeTimeout}),
+		router:       newRouter(t, ioOptions{poolSize: pool, timeout: c.probeTimeout, dial: c.probeTimeout, tls: c.tls}),
 		kind:         t.Kind,
 		prefix:       c.prefix,
 		timeout:      c.timeout,

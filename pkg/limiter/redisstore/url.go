@@ -76,6 +76,7 @@ func ParseURL(raw string) (Target, error) {
 
 // ioOptions are the connection settings every kind of client gets.
 type ioOptions struct {
+	tls      *tls.Config // rediss' CAs and client certificate; nil: the defaults
 	poolSize int
 	timeout  time.Duration // socket read and write bound: the probe timeout
 	dial     time.Duration
@@ -108,6 +109,9 @@ func newRouter(t Target, o ioOptions) router {
 	var tlsConfig *tls.Config
 	if t.TLS {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+		if o.tls != nil {
+			tlsConfig = o.tls.Clone()
+		}
 	}
 	switch t.Kind {
 	case Cluster:
@@ -132,6 +136,13 @@ func newRouter(t Target, o ioOptions) router {
 		return &singleRouter{c: c, label: "sentinel:" + t.Master}
 	}
 	opt := *t.single
+	if t.TLS && o.tls != nil {
+		name := opt.TLSConfig.ServerName // the host, as go-redis set it
+		opt.TLSConfig = o.tls.Clone()
+		if opt.TLSConfig.ServerName == "" {
+			opt.TLSConfig.ServerName = name
+		}
+	}
 	if o.poolSize > 0 {
 		opt.PoolSize = o.poolSize
 	}

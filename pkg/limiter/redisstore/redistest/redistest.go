@@ -62,6 +62,8 @@ type Server struct {
 	bin, dir string
 	extra    string // configuration lines after the common ones
 	sentinel bool   // run as a sentinel (redis-server --sentinel)
+	tls      *TLS   // a second, TLS port (StartTLS)
+	tlsAddr  string
 	port     int
 	mu       sync.Mutex
 	proc     *exec.Cmd
@@ -91,17 +93,42 @@ func Start(t testing.TB) *Server {
 	return startPrivate(t, "", false)
 }
 
+// TLS is what StartTLS serves: the server's certificate and key, the CA a
+// client's certificate must chain to (tls-auth-clients yes), and the
+// password of the default user (requirepass).
+type TLS struct {
+	Cert, Key, ClientCA string
+	Password            string
+}
+
+// StartTLS starts a private server as Start does, with a second port
+// (TLSAddr) that speaks TLS with the files of c and asks every client for
+// a certificate; both ports need c.Password. Never a shared server.
+func StartTLS(t testing.TB, c TLS) *Server {
+	t.Helper()
+	extra := fmt.Sprintf("tls-cert-file %q\ntls-key-file %q\ntls-ca-cert-file %q\ntls-auth-clients yes\nrequirepass %q\n",
+		c.Cert, c.Key, c.ClientCA, c.Password)
+	return (&Server{tls: &c}).startPrivate(t, extra, false)
+}
+
+// TLSAddr returns the host:port of StartTLS's TLS port.
+func (s *Server) TLSAddr() string { return s.tlsAddr }
+
 // startPrivate starts a private server whose configuration ends with the
 // lines extra, a sentinel when sentinel is true, and stops it at cleanup.
 // Without redis-server it skips or fails the test as Start does.
 func startPrivate(t testing.TB, extra string, sentinel bool) *Server {
+	return (&Server{}).startPrivate(t, extra, sentinel)
+}
+
+func (s *Server) startPrivate(t testing.TB, extra string, sentinel bool) *Server {
 	t.Helper()
 	bin := lookPath(t, "redis-server")
 	if bin == "" {
 		return nil
 	}
-	s := &Server{t: t, prefix: fmt.Sprintf("tgtest-%d-%d", os.Getpid(), prefixes.Add(1)),
-		bin: bin, dir: t.TempDir(), extra: extra, sentinel: sentinel}
+	s.t, s.prefix = t, fmt.Sprintf("tgtest-%d-%d", os.Getpid(), prefixes.Add(1))
+	s.bin, s.dir, s.extra, s.sentinel = bin, t.TempDir(), extra, sentinel
 	t.Cleanup(s.Stop)
 	for attempt := 1; ; attempt++ {
 		port, err := freePort()
@@ -241,6 +268,16 @@ func (s *Server) launch(port int) error {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	logPath := filepath.Join(s.dir, "redis.log")
 	common := fmt.Sprintf("bind 127.0.0.1\nport %d\ndaemonize no\ndir %q\nlogfile %q\n", port, s.dir, logPath)
+	password, tlsAddr := "", ""
+	if s.tls != nil {
+		tlsPort, err := freePort()
+		if err != nil {
+			return err
+		}
+		tlsAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(tlsPort))
+		common += fmt.Sprintf("tls-port %d\n", tlsPort)
+		password = s.tls.Password
+	}
 	args := []string{filepath.Join(s.dir, "redis.conf")}
 	if s.sentinel {
 		args = append(args, "--sentinel") // the sentinel rewrites its file: a fresh one each launch
@@ -262,7 +299,7 @@ func (s *Server) launch(port int) error {
 		_ = cmd.Wait()
 		close(exited)
 	}()
-	if err := waitReady(addr, cmd.Process.Pid, exited); err != nil {
+	if err := waitReady(addr, password, cmd.Process.Pid, exited); err != nil {
 		_ = cmd.Process.Kill()
 		<-exited
 		logText, _ := os.ReadFile(logPath)
@@ -270,7 +307,7 @@ func (s *Server) launch(port int) error {
 	}
 	s.mu.Lock()
 	s.proc, s.exited = cmd, exited
-	s.port, s.addr, s.url = port, addr, "redis://"+addr+"/0"
+	s.port, s.addr, s.url, s.tlsAddr = port, addr, "redis://"+addr+"/0", tlsAddr
 	s.mu.Unlock()
 	return nil
 }
@@ -295,10 +332,10 @@ func debugCommand(bin string) string {
 // process pid answers there, the process exits, or readyWithin passes. The
 // process id matters: another test process may have won the port, and its
 // server must not be taken for ours.
-func waitReady(addr string, pid int, exited <-chan struct{}) error {
+func waitReady(addr, password string, pid int, exited <-chan struct{}) error {
 	deadline := time.Now().Add(readyWithin)
 	for {
-		got, err := serverPID(addr)
+		got, err := serverPID(addr, password)
 		if err == nil && got == pid {
 			return nil
 		}
@@ -314,8 +351,8 @@ func waitReady(addr string, pid int, exited <-chan struct{}) error {
 }
 
 // serverPID asks the server at addr for its process id (INFO server), on a
-// new connection.
-func serverPID(addr string) (int, error) {
+// new connection, authenticated with password when not empty.
+func serverPID(addr, password string) (int, error) {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
 		return 0, err
@@ -324,10 +361,18 @@ func serverPID(addr string) (int, error) {
 	if err := conn.SetDeadline(time.Now().Add(time.Second)); err != nil {
 		return 0, err
 	}
+	r := bufio.NewReader(conn)
+	if password != "" {
+		if _, err := fmt.Fprintf(conn, "AUTH %s\r\n", password); err != nil {
+			return 0, err
+		}
+		if ok, err := r.ReadString('\n'); err != nil || ok != "+OK\r\n" {
+			return 0, fmt.Errorf("AUTH answered %q (%v)", strings.TrimSpace(ok), err)
+		}
+	}
 	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
 		return 0, err
 	}
-	r := bufio.NewReader(conn)
 	head, err := r.ReadString('\n') // "$<length>" of a bulk string
 	if err != nil {
 		return 0, err

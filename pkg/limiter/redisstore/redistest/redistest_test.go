@@ -18,14 +18,14 @@ func TestStartStopRestart(t *testing.T) {
 	require.NoError(t, c.Set(t.Context(), s.Prefix()+":k", "v", 0).Err())
 
 	s.Stop()
-	_, err := serverPID(s.Addr())
+	_, err := serverPID(s.Addr(), "")
 	assert.Error(t, err, "a server answers after Stop")
 	s.Stop() // stopping twice is harmless
 
 	addr := s.Addr()
 	s.Restart()
 	assert.Equal(t, addr, s.Addr(), "same port")
-	_, err = serverPID(s.Addr())
+	_, err = serverPID(s.Addr(), "")
 	require.NoError(t, err)
 	n, err := c.Exists(t.Context(), s.Prefix()+":k").Result()
 	require.NoError(t, err)

@@ -183,6 +183,16 @@ func openRedis(cfg config.Config, clientTime bool, log *slog.Logger) (*redisstor
 	if clientTime {
 		opts = append(opts, redisstore.WithClientTime())
 	}
+	if cfg.RedisTLSCA != "" || cfg.RedisTLSCert != "" || cfg.RedisTLSKey != "" {
+		if t, err := redisstore.ParseURL(cfg.RedisURL); err == nil && !t.TLS {
+			return nil, &config.Error{Field: "redis-tls-ca, redis-tls-cert, redis-tls-key", Reason: "need a rediss URL: redis:// does not use TLS"}
+		}
+		tc, err := clientTLSFiles("redis-tls-", cfg.RedisTLSCA, cfg.RedisTLSCert, cfg.RedisTLSKey)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, redisstore.WithTLSConfig(tc))
+	}
 	s, err := redisstore.Open(cfg.RedisURL, opts...)
 	if errors.Is(err, redisstore.ErrInvalidConfig) {
 		return nil, &config.Error{Field: "redis_url", Reason: err.Error()}

@@ -58,28 +58,41 @@ func xdsCredentials(cfg config.Config) (credentials.TransportCredentials, error)
 	if !cfg.EnvoyXDSTLS {
 		return nil, nil
 	}
-	if (cfg.EnvoyXDSTLSCert == "") != (cfg.EnvoyXDSTLSKey == "") {
-		return nil, &config.Error{Field: "envoy-xds-tls-cert", Reason: "--envoy-xds-tls-cert and --envoy-xds-tls-key go together"}
+	tc, err := clientTLSFiles("envoy-xds-tls-", cfg.EnvoyXDSTLSCA, cfg.EnvoyXDSTLSCert, cfg.EnvoyXDSTLSKey)
+	if err != nil {
+		return nil, err
 	}
-	tc := &tls.Config{MinVersion: tlsfiles.MinVersion, ServerName: cfg.EnvoyXDSTLSServerName}
-	if cfg.EnvoyXDSTLSCA != "" {
-		pem, err := os.ReadFile(cfg.EnvoyXDSTLSCA)
+	tc.ServerName = cfg.EnvoyXDSTLSServerName
+	return credentials.NewTLS(tc), nil
+}
+
+// clientTLSFiles is the TLS of a client connection whose settings are named
+// prefix+"ca", "cert" and "key": the CAs in the PEM file ca (empty: the
+// system's) and the client certificate in cert and key (both or neither),
+// read now; an error names the setting at fault.
+func clientTLSFiles(prefix, ca, cert, key string) (*tls.Config, error) {
+	if (cert == "") != (key == "") {
+		return nil, &config.Error{Field: prefix + "cert", Reason: "--" + prefix + "cert and --" + prefix + "key go together"}
+	}
+	tc := &tls.Config{MinVersion: tlsfiles.MinVersion}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
 		if err != nil {
-			return nil, &config.Error{Field: "envoy-xds-tls-ca", Reason: err.Error()}
+			return nil, &config.Error{Field: prefix + "ca", Reason: err.Error()}
 		}
 		tc.RootCAs = x509.NewCertPool()
 		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, &config.Error{Field: "envoy-xds-tls-ca", Reason: "no PEM certificate in " + cfg.EnvoyXDSTLSCA}
+			return nil, &config.Error{Field: prefix + "ca", Reason: "no PEM certificate in " + ca}
 		}
 	}
-	if cfg.EnvoyXDSTLSCert != "" {
-		pair, err := tls.LoadX509KeyPair(cfg.EnvoyXDSTLSCert, cfg.EnvoyXDSTLSKey)
+	if cert != "" {
+		pair, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
-			return nil, &config.Error{Field: "envoy-xds-tls-cert", Reason: err.Error()}
+			return nil, &config.Error{Field: prefix + "cert", Reason: err.Error()}
 		}
 		tc.Certificates = []tls.Certificate{pair}
 	}
-	return credentials.NewTLS(tc), nil
+	return tc, nil
 }
 
 // applyXDS applies one version pushed by the management server: every

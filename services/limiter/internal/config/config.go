@@ -110,6 +110,10 @@ type Config struct {
 	// RedisTimeout is the I/O timeout of a call to Redis, from when it is
 	// written.
 	RedisTimeout time.Duration
+	// RedisTLSCA, RedisTLSCert and RedisTLSKey are PEM files for a rediss
+	// URL: the CAs that sign Redis' certificate (empty: the system's) and
+	// the client certificate shown to a Redis that asks for one.
+	RedisTLSCA, RedisTLSCert, RedisTLSKey string
 	// RedisBreakerCooldown is how long the circuit breaker stays open
 	// (failing fast) before it lets one probe call through.
 	RedisBreakerCooldown time.Duration

@@ -156,6 +156,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		"tls-cert": tlsAll.Cert, "tls-key": tlsAll.Key, "tls-client-ca": tlsAll.ClientCA,
 		"internal-tls-cert": tlsInternal.Cert, "internal-tls-key": tlsInternal.Key, "internal-tls-client-ca": tlsInternal.ClientCA,
 		"grpc-tls-cert": tlsGRPC.Cert, "grpc-tls-key": tlsGRPC.Key, "grpc-tls-client-ca": tlsGRPC.ClientCA,
+		"redis-tls-ca": tlsAll.ClientCA, "redis-tls-cert": tlsInternal.Cert, "redis-tls-key": tlsInternal.Key,
 	}
 	check := func(t *testing.T, c Config) {
 		t.Helper()
@@ -209,6 +210,7 @@ func TestLoadEverySettingFromEachSource(t *testing.T) {
 		assert.Equal(t, AccessLogRefusals, c.AccessLog)
 		assert.Equal(t, []bool{true, true}, []bool{c.Tracing, c.TracingClientKey})
 		assert.Equal(t, []tlsfiles.Files{tlsAll, tlsInternal, tlsGRPC}, []tlsfiles.Files{c.TLS, c.InternalTLS, c.GRPCTLS})
+		assert.Equal(t, []string{tlsAll.ClientCA, tlsInternal.Cert, tlsInternal.Key}, []string{c.RedisTLSCA, c.RedisTLSCert, c.RedisTLSKey})
 	}
 	require.Len(t, values, len(settings), "every setting has a test value")
 

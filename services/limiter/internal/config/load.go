@@ -37,7 +37,7 @@ func (s setting) env() string {
 // yamlGroups are the prefixes of the settings that nest in the YAML file
 // under one key: --tls-cert is tls.cert, --grpc-tls-client-ca is
 // grpc_tls.client_ca.
-var yamlGroups = []string{"tls", "grpc-tls", "internal-tls"}
+var yamlGroups = []string{"tls", "grpc-tls", "internal-tls", "redis-tls"}
 
 // yamlKey is the setting's path in the YAML file.
 func (s setting) yamlKey() string {
@@ -116,6 +116,9 @@ var settings = []setting{
 		c.RedisURL = v
 		return nil
 	}},
+	{"redis-tls-ca", "", "store redis with a rediss URL: PEM file of the CA certificates that sign Redis' certificate; empty: the system's (REDIS_TLS_CACERT)", pathSetter(func(c *Config) *string { return &c.RedisTLSCA })},
+	{"redis-tls-cert", "", "store redis with a rediss URL: PEM file of this instance's client certificate, for a Redis that asks for one (tls-auth-clients); needs --redis-tls-key; read at start (REDIS_TLS_CLIENT_CERT)", pathSetter(func(c *Config) *string { return &c.RedisTLSCert })},
+	{"redis-tls-key", "", "with --redis-tls-cert: PEM file of its private key (REDIS_TLS_CLIENT_KEY)", pathSetter(func(c *Config) *string { return &c.RedisTLSKey })},
 	{"redis-pool-size", "0", "store redis: connections to Redis per instance; 0 keeps go-redis's default, 10 per GOMAXPROCS", intSetter(0, 1<<16, func(c *Config) *int { return &c.RedisPoolSize })},
 	{"redis-timeout", "500ms", "store redis: I/O timeout: how long Redis has to answer a call, counted from when the call is written to the connection (the wait for a turn before that is bounded by the request, not by this); a reply later than this is a Redis failure, and the policy's on_store_error decides", durationSetter(func(c *Config) *time.Duration { return &c.RedisTimeout })},
 	{"decision-timeout", "2s", "time one request's decisions may take, the wait for a turn at the store included; a request that could not reach the store within it is shed: 503 with a problem of type overloaded and Retry-After (tollgate_overloaded_total), never counted as a store failure (SQLite and Redis; a memory decision never waits)", durationSetter(func(c *Config) *time.Duration { return &c.DecisionTimeout })},

@@ -120,9 +120,9 @@ var peerVars = []peerVar{
 	{name: "REDIS_POOL_SIZE", def: "10", to: "`--redis-pool-size`"},
 	{name: "REDIS_AUTH", to: "`--redis-url`'s `password` or `user:password`"},
 	{name: "REDIS_TLS", def: "false", to: "`--redis-url` `rediss://`"},
-	{name: "REDIS_TLS_CLIENT_CERT", refused: "Tollgate shows Redis no client certificate"},
-	{name: "REDIS_TLS_CLIENT_KEY", refused: "Tollgate shows Redis no client certificate"},
-	{name: "REDIS_TLS_CACERT", refused: "Tollgate verifies Redis against the system's CAs only"},
+	{name: "REDIS_TLS_CLIENT_CERT", to: "`--redis-tls-cert` (with `REDIS_TLS=true`)"},
+	{name: "REDIS_TLS_CLIENT_KEY", to: "`--redis-tls-key` (with `REDIS_TLS=true`)"},
+	{name: "REDIS_TLS_CACERT", to: "`--redis-tls-ca` (with `REDIS_TLS=true`)"},
 	{name: "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", def: "false", refused: "Tollgate always verifies Redis' certificate"},
 	{name: "REDIS_PIPELINE_WINDOW", def: "0", ignored: pipelining},
 	{name: "REDIS_PIPELINE_LIMIT", def: "0", ignored: pipelining},
@@ -320,6 +320,11 @@ func peerSettings(getenv func(string) string) (map[string]string, *PeerTracing, 
 		return nil, nil, err
 	}
 	put("redis-url", redisURL, "REDIS_TYPE", "REDIS_URL", "REDIS_AUTH", "REDIS_TLS")
+	if tls, err := p.bool("REDIS_TLS"); err == nil && tls {
+		put("redis-tls-ca", p.get("REDIS_TLS_CACERT"), "REDIS_TLS_CACERT")
+		put("redis-tls-cert", p.get("REDIS_TLS_CLIENT_CERT"), "REDIS_TLS_CLIENT_CERT")
+		put("redis-tls-key", p.get("REDIS_TLS_CLIENT_KEY"), "REDIS_TLS_CLIENT_KEY")
+	}
 	put("redis-pool-size", p.get("REDIS_POOL_SIZE"), "REDIS_POOL_SIZE")
 	put("redis-timeout", p.get("REDIS_TIMEOUT"), "REDIS_TIMEOUT")
 	flag("tracing", "TRACING_ENABLED")
