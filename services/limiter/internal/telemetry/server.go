@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gin-gonic/gin"
@@ -61,7 +62,13 @@ func (t *Tracing) Gin(c *gin.Context) {
 		return
 	}
 	c.Next()
-	code := c.Writer.Status()
+	t.endHTTP(span, r, method, route, c.Writer.Status())
+}
+
+// endHTTP sets the attributes and the status of the recorded span of r,
+// which answered code, and ends it. (Apart from Gin, so that the
+// handlers' stack does not hold its frame.)
+func (t *Tracing) endHTTP(span trace.Span, r *http.Request, method attribute.KeyValue, route string, code int) {
 	attrs := make([]attribute.KeyValue, 0, 10)
 	attrs = append(attrs, method, semconv.HTTPResponseStatusCode(code))
 	if route != "" {
@@ -82,7 +89,7 @@ func (t *Tracing) Gin(c *gin.Context) {
 	}
 	if code >= http.StatusInternalServerError {
 		// The status code says why: no description (semantic conventions).
-		attrs = append(attrs, semconv.ErrorTypeKey.Int(code))
+		attrs = append(attrs, semconv.ErrorTypeKey.String(strconv.Itoa(code)))
 		span.SetStatus(codes.Error, "")
 	}
 	span.SetAttributes(attrs...)
@@ -146,7 +153,7 @@ func peerAddr(attrs []attribute.KeyValue, addr string) []attribute.KeyValue {
 var healthMethods = "/" + healthpb.Health_ServiceDesc.ServiceName + "/"
 
 // GRPC is the gRPC server's option that starts a server span per unary
-// call (health checks but), named by its method
+// call but a health check, named by its method
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit), a child
 // of the caller's span when the call's metadata carries a W3C traceparent
 // (Envoy sends one when it traces). Sampled, the span has rpc.system.name,
@@ -170,7 +177,16 @@ func (t *Tracing) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 		return handler(ctx, req)
 	}
 	resp, err := handler(ctx, req)
-	code := status.Code(err)
+	t.endRPC(ctx, span, method, status.Code(err))
+	return resp, err
+}
+
+// endRPC sets the attributes and the status of the recorded span of the
+// call of method, which ended with code, and ends it. (Apart from unary,
+// so that the handler's stack does not hold its frame: each call runs on
+// a goroutine of its own, whose stack is copied when it outgrows its
+// start.)
+func (t *Tracing) endRPC(ctx context.Context, span trace.Span, method string, code grpccodes.Code) {
 	attrs := make([]attribute.KeyValue, 0, 7)
 	attrs = append(attrs, semconv.RPCSystemNameGRPC, semconv.RPCMethod(method), semconv.RPCResponseStatusCode(rpccode.Code(code).String()))
 	if p, ok := peer.FromContext(ctx); ok {
@@ -187,7 +203,6 @@ func (t *Tracing) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo
 	}
 	span.SetAttributes(attrs...)
 	span.End()
-	return resp, err
 }
 
 // serverError reports whether a call that ended with c failed on the
