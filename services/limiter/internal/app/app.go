@@ -219,23 +219,21 @@ func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
 	}
 	if a.cfg.InternalAddr != "" {
 		opts.Listener = httpapi.InternalRoutes
-		if a.internal, err = a.newEngine(opts); err != nil {
+		if a.internal, err = newEngine(opts); err != nil {
 			return err
 		}
 		opts.Listener = httpapi.PublicRoutes
 	}
-	a.engine, err = a.newEngine(opts)
+	a.engine, err = newEngine(opts)
 	return err
 }
 
-// newEngine returns the Gin engine of opts, traced with --tracing.
-func (a *App) newEngine(opts httpapi.Options) (http.Handler, error) {
+// newEngine returns the Gin engine of opts (traced by opts.Trace with
+// --tracing).
+func newEngine(opts httpapi.Options) (http.Handler, error) {
 	e, err := httpapi.New(opts)
 	if err != nil {
 		return nil, fmt.Errorf("app: %w", err)
-	}
-	if a.tracing != nil {
-		return a.tracing.HTTP(e), nil
 	}
 	return e, nil
 }

@@ -6,10 +6,14 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/redisstore/redistest"
@@ -94,29 +98,36 @@ func benchApp(b *testing.B, args ...string) *App {
 	return a
 }
 
+// tracingRuns are the runs of the tracing benchmarks: tracing off, and on
+// with 1% and 100% of the traces sampled (the OTEL_TRACES_SAMPLER_ARG of
+// traceidratio; empty: off).
+var tracingRuns = []struct{ name, sampled string }{{"off", ""}, {"sampled1pct", "0.01"}, {"sampled100pct", "1"}}
+
+// tracingArgs returns the flags of a tracing benchmark's run: none when
+// sampled is empty, else --tracing with the sampler traceidratio at
+// sampled (requests carry no traceparent, so each is a root) and the
+// OTLP/gRPC exporter pointed at a receiver in the same process, whose
+// work is counted too.
+func tracingArgs(b *testing.B, sampled string) []string {
+	if sampled == "" {
+		return nil
+	}
+	r := otlptest.StartGRPC(b)
+	b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.Endpoint)
+	b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	b.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
+	b.Setenv("OTEL_TRACES_SAMPLER_ARG", sampled)
+	return []string{"--tracing"}
+}
+
 // BenchmarkTracingCost measures POST /v1/check through the whole app (its
 // handler, in process: no network, so that the figure is the service's
-// own work) on the memory store, with tracing off, and on with 1% and
-// 100% of the traces sampled (OTEL_TRACES_SAMPLER=traceidratio; requests
-// carry no traceparent, so each is a root), exported over OTLP/gRPC to a
-// receiver in the same process, whose work is counted too. Compare
-// decisions/s and allocs/op between the three in one run.
+// own work) on the memory store, in the tracingRuns. Compare decisions/s
+// and allocs/op between the three in one run.
 func BenchmarkTracingCost(b *testing.B) {
-	for _, c := range []struct {
-		name    string
-		sampled string // OTEL_TRACES_SAMPLER_ARG; empty: tracing off
-	}{{"off", ""}, {"sampled1pct", "0.01"}, {"sampled100pct", "1"}} {
-		b.Run(c.name, func(b *testing.B) {
-			args := []string{"--store=memory"}
-			if c.sampled != "" {
-				r := otlptest.StartGRPC(b)
-				b.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", r.Endpoint)
-				b.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
-				b.Setenv("OTEL_TRACES_SAMPLER", "traceidratio")
-				b.Setenv("OTEL_TRACES_SAMPLER_ARG", c.sampled)
-				args = append(args, "--tracing")
-			}
-			a := benchApp(b, args...)
+	for _, run := range tracingRuns {
+		b.Run(run.name, func(b *testing.B) {
+			a := benchApp(b, append(tracingArgs(b, run.sampled), "--store=memory")...)
 			h := a.Handler()
 			bodies := make([]string, 1024)
 			for i := range bodies {
@@ -131,6 +142,45 @@ func BenchmarkTracingCost(b *testing.B) {
 				h.ServeHTTP(w, r)
 				if w.Code != http.StatusOK {
 					b.Fatalf("status %d", w.Code)
+				}
+				n++
+			}
+			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "decisions/s")
+		})
+	}
+}
+
+// BenchmarkTracingCostGRPC is BenchmarkTracingCost's gRPC twin: one
+// ShouldRateLimit of one descriptor through a real gRPC client and the
+// app's gRPC server on a loopback port (the network is counted, the same
+// in every run), on the memory store, in the tracingRuns.
+func BenchmarkTracingCostGRPC(b *testing.B) {
+	rules := b.TempDir()
+	if err := os.WriteFile(filepath.Join(rules, "bench.yaml"), []byte(`domain: bench
+descriptors:
+  - key: customer
+    rate_limit: {unit: hour, requests_per_unit: 1000000000}
+`), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	for _, run := range tracingRuns {
+		b.Run(run.name, func(b *testing.B) {
+			a := benchApp(b, append(tracingArgs(b, run.sampled), "--store=memory", "--envoy-config", rules, "--grpc-addr=127.0.0.1:0")...)
+			client := rlsv3.NewRateLimitServiceClient(grpcClient(b, a))
+			reqs := make([]*rlsv3.RateLimitRequest, 1024)
+			for i := range reqs {
+				reqs[i] = request(fmt.Sprintf("c-%d", i))
+				reqs[i].Domain = "bench"
+			}
+			b.ReportAllocs()
+			n := 0
+			for b.Loop() {
+				answer, err := client.ShouldRateLimit(context.Background(), reqs[n%len(reqs)])
+				if err != nil {
+					b.Fatal(err)
+				}
+				if answer.GetOverallCode() != rlsv3.RateLimitResponse_OK {
+					b.Fatalf("answer %s", answer.GetOverallCode())
 				}
 				n++
 			}

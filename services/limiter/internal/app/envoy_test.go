@@ -38,7 +38,7 @@ var envoyRules = filepath.Join("..", "envoy", "testdata", "rules")
 
 // grpcClient serves a's gRPC API on a loopback port until the test ends and
 // returns a connection to it.
-func grpcClient(t *testing.T, a *App) *grpc.ClientConn {
+func grpcClient(t testing.TB, a *App) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

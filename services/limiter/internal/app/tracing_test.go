@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -150,14 +151,32 @@ func tracedOf(spans []otlptest.Span, c caller, n int) (traced, bool) {
 	return tr, len(tr.decisions) == n && len(tr.stores) == n
 }
 
+// The server spans of sendTraced's requests, by name.
+const (
+	checkSpan = "POST /v1/check"
+	gwSpan    = "GET /v1/forward-auth"
+	envoySpan = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+	resetSpan = "DELETE /rate/reset/:userId"
+)
+
+// callers are the callers of sendTraced's requests by their server span.
+var callers = map[string]caller{checkSpan: checkCaller, gwSpan: gwCaller, envoySpan: envoyCaller}
+
+// The attributes of an HTTP and of a gRPC server span, and those
+// --tracing-client-key adds to each.
+var (
+	httpAttrs     = []string{"http.request.method", "http.route", "http.response.status_code", "server.address", "server.port", "network.protocol.version"}
+	httpClientKey = []string{"network.peer.address", "url.path", "user_agent.original"}
+	grpcAttrs     = []string{"rpc.system.name", "rpc.method", "rpc.response.status_code", "server.address", "server.port"}
+	grpcClientKey = []string{"network.peer.address"}
+)
+
 // requireTraced waits for the spans of the three transports' requests and
 // checks their names, parents and attributes.
 func requireTraced(t *testing.T, r *otlptest.Receiver) []otlptest.Span {
 	t.Helper()
-	callers := map[string]caller{"POST /v1/check": checkCaller, "GET /v1/forward-auth": gwCaller,
-		"envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit": envoyCaller}
 	spans := r.WaitFor(t, "the spans of the four requests", func(spans []otlptest.Span) bool {
-		if !slices.ContainsFunc(spans, func(s otlptest.Span) bool { return s.GetName() == "DELETE /rate/reset/:userId" }) {
+		if !slices.ContainsFunc(spans, func(s otlptest.Span) bool { return s.GetName() == resetSpan }) {
 			return false
 		}
 		for _, c := range callers {
@@ -167,8 +186,28 @@ func requireTraced(t *testing.T, r *otlptest.Receiver) []otlptest.Span {
 		}
 		return true
 	})
-	policies := map[string]string{"POST /v1/check": "api", "GET /v1/forward-auth": "gw",
-		"envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit": "edge.customer"}
+	for name, route := range map[string]string{checkSpan: "/v1/check", gwSpan: "/v1/forward-auth"} {
+		tr, _ := tracedOf(spans, callers[name], 1)
+		a := tr.server.Attrs
+		assert.Equal(t, strings.Fields(name)[0], a["http.request.method"], name)
+		assert.Equal(t, route, a["http.route"], "%s: the route template", name)
+		assert.Equal(t, "200", a["http.response.status_code"], name)
+		assert.Equal(t, "1.1", a["network.protocol.version"], name)
+		assert.Equal(t, "127.0.0.1", a["server.address"], "%s: the listener's", name)
+		assert.NotEmpty(t, a["server.port"], name)
+		assert.Equal(t, "STATUS_CODE_UNSET", tr.server.GetStatus().GetCode().String(), name)
+	}
+	reset := spans[slices.IndexFunc(spans, func(s otlptest.Span) bool { return s.GetName() == resetSpan })]
+	assert.Equal(t, "/rate/reset/:userId", reset.Attrs["http.route"], "the route template, not the path")
+	assert.Equal(t, "403", reset.Attrs["http.response.status_code"])
+	assert.Equal(t, "STATUS_CODE_UNSET", reset.GetStatus().GetCode().String(), "a 4xx is the client's, not the server's error")
+	tr, _ := tracedOf(spans, envoyCaller, 1)
+	a := tr.server.Attrs
+	assert.Equal(t, "grpc", a["rpc.system.name"])
+	assert.Equal(t, envoySpan, a["rpc.method"])
+	assert.Equal(t, "OK", a["rpc.response.status_code"])
+	assert.Equal(t, "127.0.0.1", a["server.address"], "the listener's")
+	policies := map[string]string{checkSpan: "api", gwSpan: "gw", envoySpan: "edge.customer"}
 	algorithms := map[string]string{"api": "fixed_window", "gw": "sliding_window", "edge.customer": "fixed_window"}
 	for name, c := range callers {
 		tr, _ := tracedOf(spans, c, 1)
@@ -240,6 +279,17 @@ func TestTracesJoinTheCallersTrace(t *testing.T) {
 			sendTraced(t, a)
 			spans := requireTraced(t, r)
 			assert.Equal(t, telemetry.ServiceName, spans[0].Resource["service.name"], "the service's name unless OTEL_SERVICE_NAME")
+			for name, c := range callers {
+				tr, _ := tracedOf(spans, c, 1)
+				want, extra := httpAttrs, httpClientKey
+				if name == envoySpan {
+					want, extra = grpcAttrs, grpcClientKey
+				}
+				if clientKey {
+					want = slices.Concat(want, extra)
+				}
+				assert.ElementsMatch(t, want, slices.Collect(maps.Keys(tr.server.Attrs)), "%s: these attributes and no other", name)
+			}
 			found := keysIn(spans, checkKey, gwKey, envoyKey, resetKey)
 			if !clientKey {
 				assert.Empty(t, found, "no key on any span, in any attribute")
@@ -322,5 +372,8 @@ func TestStoreErrorOnTheStoreSpan(t *testing.T) {
 		require.NotEmpty(t, s.GetEvents(), s.GetName())
 		assert.Equal(t, "exception", s.GetEvents()[0].GetName(), "%s: the error recorded", s.GetName())
 	}
+	assert.Equal(t, "503", tr.server.Attrs["http.response.status_code"])
+	assert.Equal(t, "503", tr.server.Attrs["error.type"])
+	assert.Equal(t, "STATUS_CODE_ERROR", tr.server.GetStatus().GetCode().String(), "a 5xx is the server's error")
 	assert.Empty(t, keysIn([]otlptest.Span{store, tr.decisions[0], tr.server}, checkKey))
 }

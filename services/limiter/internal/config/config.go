@@ -160,7 +160,9 @@ type Config struct {
 	// Tracing exports OpenTelemetry traces; everything else about them is
 	// read from the OTEL_* variables (internal/telemetry).
 	Tracing bool
-	// TracingClientKey puts the client key on the decision spans.
+	// TracingClientKey puts the client key on the decision spans, and
+	// the caller's address, the path and the user agent on the server
+	// spans.
 	TracingClientKey bool
 	// TracingPeer is what envoyproxy/ratelimit's TRACING_* variables say,
 	// over the OTEL_* variables they stand for; nil but with

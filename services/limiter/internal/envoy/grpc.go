@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
@@ -77,15 +78,17 @@ const ServiceName = "envoy.service.ratelimit.v3.RateLimitService"
 // /readyz). Call the health server's Shutdown when a graceful stop begins,
 // so that health checks fail while in-flight calls finish. A
 // panic in a call is logged to log (nil discards) and answered Internal.
-// opts are added to the server's own (connection bounds, keepalive).
+// opts are added before the server's own (connection bounds, keepalive):
+// an interceptor among them runs around the server's (a trace span sees
+// the Internal of a recovered panic).
 func NewGRPCServer(svc *Service, log *slog.Logger, opts ...grpc.ServerOption) (*grpc.Server, *health.Server) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	srv := grpc.NewServer(append([]grpc.ServerOption{
+	srv := grpc.NewServer(slices.Concat(opts, []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxMessageBytes),
 		grpc.ChainUnaryInterceptor(recoverUnary(log)),
-	}, opts...)...)
+	})...)
 	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	hs := health.NewServer()
 	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)

@@ -64,7 +64,7 @@ type Options struct {
 	// means DefaultAdminFailures.
 	AdminFailures int64
 	// Trace, when not nil, runs first on every request, its route
-	// matched: it names the request's trace span by the route
+	// matched: it starts the request's trace span, named by the route
 	// (internal/telemetry). Nil: none.
 	Trace gin.HandlerFunc
 }

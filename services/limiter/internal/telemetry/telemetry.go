@@ -1,11 +1,12 @@
 // Package telemetry is the service's OpenTelemetry tracing, the one
 // package that imports OpenTelemetry: the tracer provider and its OTLP
 // exporter, configured by the standard OTEL_* variables, and the seams the
-// rest of the service calls. A request's span comes from the contrib
-// instrumentation (otelhttp around the HTTP engine, otelgrpc's stats
-// handler on the gRPC server), which takes the caller's W3C traceparent;
-// the decision layer's spans come from Decision (a decide.Tracer) and the
-// store's from Store, which hears the library's limiter.StoreObserver.
+// rest of the service calls. A request's server span comes from Gin (the
+// HTTP engines' first middleware) or GRPC (the gRPC server's interceptor),
+// which take the caller's W3C traceparent with the SDK's propagator and
+// ask the sampler before doing anything else; the decision layer's spans
+// come from Decision (a decide.Tracer) and the store's from Store, which
+// hears the library's limiter.StoreObserver.
 //
 // Tracing is off unless --tracing: then nothing here is built, no
 // exporter starts, and the service pays nothing for it.
@@ -14,23 +15,16 @@ package telemetry
 import (
 	"context"
 	"fmt"
-	"net/http"
 
-	"github.com/gin-gonic/gin"
 	"github.com/google/uuid"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
-	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc/filters"
-	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	metricnoop "go.opentelemetry.io/otel/metric/noop"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
-	"google.golang.org/grpc"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 )
@@ -45,8 +39,9 @@ const scope = "github.com/tollgate/tollgate/services/limiter"
 // Options configures New.
 type Options struct {
 	// ClientKey puts the client key on the decision spans
-	// (--tracing-client-key); without it no span carries a key, nor
-	// the client's address or a path that may hold one.
+	// (--tracing-client-key), and the caller's address, the request's
+	// path and its user agent on the server spans; without it no span
+	// carries any of them.
 	ClientKey bool
 	// Peer is what envoyproxy/ratelimit's TRACING_* variables say, over
 	// the OTEL_* ones; nil: the OTEL_* variables alone.
@@ -131,64 +126,4 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 		return fmt.Errorf("telemetry: shutdown: %w", err)
 	}
 	return nil
-}
-
-// untraced are the paths whose requests get no span: probes and scrapes,
-// which come every few seconds and say nothing of a client's request.
-var untraced = map[string]bool{"/healthz": true, "/readyz": true, "/healthcheck": true, "/metrics": true}
-
-// HTTP returns h with a server span per request (otelhttp), a child of
-// the caller's span when the request carries a W3C traceparent; probes
-// and scrapes are not traced. The span's name is the method until Gin
-// names it by its route.
-func (t *Tracing) HTTP(h http.Handler) http.Handler {
-	return otelhttp.NewHandler(h, "",
-		otelhttp.WithTracerProvider(t.provider),
-		otelhttp.WithPropagators(t.propagator),
-		otelhttp.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelhttp.WithFilter(func(r *http.Request) bool { return !untraced[r.URL.Path] }))
-}
-
-// redacted replaces an attribute value that could name a client, as
-// OpenTelemetry's conventions redact a URL's credentials.
-const redacted = "REDACTED"
-
-// Gin is the engine's first middleware (httpapi.Options.Trace): once the
-// route has matched, it names the request's span by the route template
-// (POST /v1/check) and sets http.route. Unless ClientKey, it also
-// redacts what otelhttp took from the request that can be a client's key:
-// its address (network.peer.address, client.address, X-Forwarded-For's
-// included: the peer key source) and a path that is not the route itself
-// (/rate/reset/{userId}, or no route at all).
-func (t *Tracing) Gin(c *gin.Context) {
-	span := trace.SpanFromContext(c.Request.Context())
-	if span.IsRecording() {
-		route, name := c.FullPath(), c.Request.Method
-		attrs := make([]attribute.KeyValue, 0, 4)
-		if route != "" {
-			name += " " + route
-			attrs = append(attrs, semconv.HTTPRoute(route))
-		}
-		span.SetName(name)
-		if !t.clientKey {
-			attrs = append(attrs, semconv.NetworkPeerAddress(redacted), semconv.ClientAddress(redacted))
-			if c.Request.URL.Path != route {
-				attrs = append(attrs, semconv.URLPath(redacted))
-			}
-		}
-		span.SetAttributes(attrs...)
-	}
-	c.Next()
-}
-
-// GRPC is the gRPC server's option that makes a server span per call
-// (otelgrpc), a child of the caller's span when its metadata carries a
-// W3C traceparent (Envoy sends one when it traces); health checks are not
-// traced.
-func (t *Tracing) GRPC() grpc.ServerOption {
-	return grpc.StatsHandler(otelgrpc.NewServerHandler(
-		otelgrpc.WithTracerProvider(t.provider),
-		otelgrpc.WithPropagators(t.propagator),
-		otelgrpc.WithMeterProvider(metricnoop.NewMeterProvider()),
-		otelgrpc.WithFilter(filters.Not(filters.HealthCheck()))))
 }
