@@ -1,6 +1,9 @@
 package limiter
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Evaluation applies Tollgate's rule for one request charged against
 // several policies, in order, with the time read once. The caller drives
@@ -21,7 +24,8 @@ import "time"
 //     enforcing refusals that a wait can lift (a Final refusal gives none).
 //
 // The service's decision layer, the httplimit middleware and the lab's
-// whatif replay all decide through it. The zero value is an evaluation
+// whatif replay all decide through it: the decision layer drives it step by
+// step (it does more for each policy), the others through [AllowInOrder]. The zero value is an evaluation
 // with nothing added; it is a small value that allocates nothing.
 type Evaluation struct {
 	n       int           // outcomes added
@@ -86,3 +90,23 @@ func (e *Evaluation) Shown() int { return e.shown - 1 }
 // RetryAfter returns how long a refused request should wait; ok is false
 // when the request passes or no wait lifts its refusals.
 func (e *Evaluation) RetryAfter() (wait time.Duration, ok bool) { return e.wait, e.lifted }
+
+// AllowInOrder charges r against ps in order on s by [Evaluation]'s rule,
+// appending each policy's decision to ds: it stops at the first enforcing
+// refusal. It returns the decisions and their evaluation. An error is the
+// store's, unwrapped; ds then holds the decisions made before it, so
+// ps[len(ds)] names the policy the store could not decide.
+func AllowInOrder(ctx context.Context, s Store, ps []Policy, r Request, ds []Decision) ([]Decision, Evaluation, error) {
+	var e Evaluation
+	for _, p := range ps {
+		d, err := s.Allow(ctx, p, r)
+		if err != nil {
+			return ds, e, err
+		}
+		ds = append(ds, d)
+		if !e.Add(OutcomeOf(p, d)) {
+			break
+		}
+	}
+	return ds, e, nil
+}

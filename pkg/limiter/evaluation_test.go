@@ -1,12 +1,15 @@
 package limiter_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
+	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 )
 
 // TestEvaluation walks the rule for several policies through outcomes the
@@ -88,4 +91,34 @@ func TestEvaluationAllocatesNothing(t *testing.T) {
 		_, _ = e.RetryAfter()
 	})
 	assert.Zero(t, allocs)
+}
+
+// TestAllowInOrder: the loop of the callers that do nothing more for each
+// policy stops at the first enforcing refusal, and an error names its policy
+// by the decisions made before it.
+func TestAllowInOrder(t *testing.T) {
+	s := memstore.New()
+	t.Cleanup(func() { _ = s.Close() })
+	ctx := context.Background()
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	ps := []limiter.Policy{
+		{Name: "trial", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Minute, Shadow: true},
+		{Name: "ping", Algorithm: limiter.FixedWindow, Limit: 2, Window: time.Minute},
+		{Name: "day", Algorithm: limiter.FixedWindow, Limit: 100, Window: 24 * time.Hour},
+	}
+	r := limiter.Request{Key: limiter.Key{Subject: "k"}, Cost: 1, Now: at}
+	for i, want := range []struct{ decisions, refused int }{{3, -1}, {3, -1}, {2, 1}} {
+		ds, e, err := limiter.AllowInOrder(ctx, s, ps, r, nil)
+		require.NoError(t, err)
+		assert.Len(t, ds, want.decisions, "request %d", i)
+		assert.Equal(t, want.refused, e.Refused(), "request %d", i)
+	}
+	d, err := s.Peek(ctx, ps[2], r.Key, at)
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, d.Count, "the refused request did not charge the day")
+
+	bad := []limiter.Policy{ps[2], {Name: "bad"}}
+	ds, _, err := limiter.AllowInOrder(ctx, s, bad, r, nil)
+	require.ErrorIs(t, err, limiter.ErrInvalidPolicy)
+	assert.Equal(t, "bad", bad[len(ds)].Name)
 }

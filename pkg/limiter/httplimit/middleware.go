@@ -222,21 +222,12 @@ func (m *Middleware) Limit(w http.ResponseWriter, r *http.Request) (*http.Reques
 // read once, by limiter.Evaluation's rule: it stops at the first enforcing
 // refusal.
 func (m *Middleware) evaluate(ctx context.Context, key string, cost int64) (Result, limiter.Evaluation, error) {
-	now := m.clock.Now()
-	res := Result{Key: key, Cost: cost, Decisions: make([]limiter.Decision, 0, len(m.policies))}
-	var e limiter.Evaluation
-	for _, p := range m.policies {
-		d, err := m.store.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: key}, Cost: cost, Now: now})
-		if err != nil {
-			return res, e, fmt.Errorf("httplimit: policy %s: %w", strconv.Quote(p.Name), err)
-		}
-		res.Decisions = append(res.Decisions, d)
-		if !e.Add(limiter.OutcomeOf(p, d)) {
-			break
-		}
+	r := limiter.Request{Key: limiter.Key{Subject: key}, Cost: cost, Now: m.clock.Now()}
+	ds, e, err := limiter.AllowInOrder(ctx, m.store, m.policies, r, make([]limiter.Decision, 0, len(m.policies)))
+	if err != nil {
+		return Result{}, e, fmt.Errorf("httplimit: policy %s: %w", strconv.Quote(m.policies[len(ds)].Name), err)
 	}
-	res.Policies, res.Refused = m.policies[:len(res.Decisions)], e.Refused()
-	return res, e, nil
+	return Result{Key: key, Cost: cost, Policies: m.policies[:len(ds)], Decisions: ds, Refused: e.Refused()}, e, nil
 }
 
 // writeRefusal is the default refusal: the 429 problem document.
