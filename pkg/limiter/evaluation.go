@@ -76,9 +76,6 @@ func (e *Evaluation) Add(o Outcome) bool {
 	return e.refused == 0
 }
 
-// Len returns how many outcomes were added: the policies charged.
-func (e *Evaluation) Len() int { return e.n }
-
 // Refused returns the index of the first enforcing refusal; -1 when the
 // request passes.
 func (e *Evaluation) Refused() int { return e.refused - 1 }
