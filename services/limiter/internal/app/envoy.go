@@ -17,6 +17,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
@@ -29,36 +30,36 @@ var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr, --en
 // none of --grpc-addr, --envoy-config and --envoy-xds-server is set, and
 // empty rules (every descriptor answers OK) for a gRPC server without
 // configuration or before xDS pushes the first version.
-func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
+func loadEnvoyRules(cfg config.Config) (*envoyrules.Rules, error) {
 	if cfg.EnvoyConfig == "" {
 		if cfg.GRPCAddr == "" && cfg.EnvoyXDSServer == "" {
 			return nil, nil
 		}
-		return envoy.NewRules(envoyOptions(cfg)), nil
+		return envoyrules.NewRules(envoyOptions(cfg)), nil
 	}
-	return rulesInvalid(envoy.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg)))
+	return rulesInvalid(envoyrules.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg)))
 }
 
-// rulesInvalid makes a problem of the Envoy rules (envoy.ErrRules) a
+// rulesInvalid makes a problem of the Envoy rules (envoyrules.ErrRules) a
 // configuration error (config.ErrInvalid): the service exits with status 2
 // and a reload is refused, as for any other setting.
-func rulesInvalid(rules *envoy.Rules, err error) (*envoy.Rules, error) {
-	if errors.Is(err, envoy.ErrRules) {
+func rulesInvalid(rules *envoyrules.Rules, err error) (*envoyrules.Rules, error) {
+	if errors.Is(err, envoyrules.ErrRules) {
 		return rules, config.Invalid(err)
 	}
 	return rules, err
 }
 
 // envoyOptions are cfg's settings of the Envoy API.
-func envoyOptions(cfg config.Config) envoy.Options {
-	return envoy.Options{
+func envoyOptions(cfg config.Config) envoyrules.Options {
+	return envoyrules.Options{
 		MergeDomains:               cfg.EnvoyMergeDomainConfig,
 		ResponseHeaders:            cfg.EnvoyResponseHeaders,
 		DynamicMetadata:            cfg.EnvoyResponseDynamicMetadata,
 		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrementWhenOverLimit,
 		QuotaMode:                  cfg.EnvoyQuotaMode,
 		LimitHeaders:               cfg.EnvoyLimitHeaders,
-		LimitHeaderNames: envoy.LimitHeaderNames{
+		LimitHeaderNames: envoyrules.LimitHeaderNames{
 			Limit: cfg.EnvoyLimitLimitHeader, Remaining: cfg.EnvoyLimitRemainingHeader, Reset: cfg.EnvoyLimitResetHeader,
 		},
 		ShadowMode: cfg.EnvoyShadowMode,
@@ -69,7 +70,7 @@ func envoyOptions(cfg config.Config) envoy.Options {
 // (read from folder, or pushed by xDS when folder is empty) derive from an
 // Envoy descriptor: the two would share counters. It runs at start and on
 // every reload; rules may be nil.
-func envoyClash(rules *envoy.Rules, policies map[string]limiter.Policy, folder string) error {
+func envoyClash(rules *envoyrules.Rules, policies map[string]limiter.Policy, folder string) error {
 	if rules == nil {
 		return nil
 	}

@@ -16,12 +16,13 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 )
 
 // Source returns what one call decides with: the rules and the decider of
 // the configuration in force. Each call reads it once, so a call finishes
 // on the configuration it started with.
-type Source func() (*Rules, *decide.Decider)
+type Source func() (*envoyrules.Rules, *decide.Decider)
 
 // Service answers Envoy's rate-limit gRPC API: it adapts each call to
 // Decide. It is safe for concurrent use.

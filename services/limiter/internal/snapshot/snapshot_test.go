@@ -20,7 +20,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -108,7 +108,7 @@ func TestNewRefusesWhatCannotServe(t *testing.T) {
 // Stored lists the configured policies, then those the Envoy rules derive,
 // and EnvoySource reads the Envoy rules and decider of one load.
 func TestEnvoyPartsAreStoredAndSourced(t *testing.T) {
-	rules, err := envoy.LoadDir(filepath.Join("..", "envoy", "testdata", "rules"), envoy.Options{})
+	rules, err := envoyrules.LoadDir(filepath.Join("..", "envoyrules", "testdata", "rules"), envoyrules.Options{})
 	require.NoError(t, err)
 	p := parts(t, memory(t))
 	p.Envoy = rules

@@ -1,18 +1,16 @@
-// Package envoy makes Tollgate a drop-in replacement for envoyproxy/ratelimit:
-// it reads that service's YAML configuration (a folder of files, one domain
-// each), answers Envoy's rate-limit gRPC API
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and lets the
-// HTTP service answer the same requests on POST /json, in protobuf's JSON
-// mapping (DecodeJSON, AppendJSON). Both transports decide through Decide,
-// whose errors are plain Go errors; only the gRPC server (grpc.go) turns
-// them into gRPC statuses.
+// Package envoyrules is the rule model of Envoy's rate-limit API: it reads
+// envoyproxy/ratelimit's YAML configuration (a folder of files, one domain
+// each, or the RateLimitConfig resources an xDS server pushes), checks and
+// bounds it, merges the files of one domain, and matches a request's
+// descriptors to their limits (Match, Override).
 //
 // Every leaf of a domain's descriptor tree that carries a rate_limit becomes
 // one limiter.Policy (fixed_window by default, as Envoy's service does; the
-// extension field rate_limit.algorithm picks any Tollgate algorithm), and
-// every decision goes through the service's limiter.Store, so memory, SQLite
-// and Redis all work, and several instances on one Redis share the counters.
-package envoy
+// extension field rate_limit.algorithm picks any Tollgate algorithm).
+//
+// It knows no transport: the configuration snapshot holds the rules, and
+// internal/envoy answers the gRPC API and POST /json with them.
+package envoyrules
 
 import (
 	"crypto/sha256"
@@ -137,16 +135,16 @@ type Limit struct {
 	current *rlsv3.RateLimitResponse_RateLimit
 }
 
-// currentLimit is the current_limit of l's answers.
-func (l *Limit) currentLimit() *rlsv3.RateLimitResponse_RateLimit {
+// CurrentLimit is the current_limit of l's answers.
+func (l *Limit) CurrentLimit() *rlsv3.RateLimitResponse_RateLimit {
 	if l.current != nil {
 		return l.current
 	}
 	return &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
 }
 
-// blocked reports whether the limit refuses everything (requests_per_unit 0).
-func (l *Limit) blocked() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
+// Blocked reports whether the limit refuses everything (requests_per_unit 0).
+func (l *Limit) Blocked() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
 
 // stored reports whether the limit's decisions go through the store.
 func (l *Limit) stored() bool { return !l.Unlimited && l.RequestsPerUnit > 0 }
@@ -279,6 +277,9 @@ type Rules struct {
 func NewRules(o Options) *Rules {
 	return &Rules{domains: map[string]level{}, files: map[string]string{}, names: map[string]string{}, opts: o}
 }
+
+// Options returns the options the rules were loaded with.
+func (r *Rules) Options() Options { return r.opts }
 
 // Policies returns the policy of every limit the store decides, sorted by
 // name: the service probes and prunes them.
