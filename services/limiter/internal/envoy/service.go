@@ -204,11 +204,15 @@ func answer(limits []*envoyrules.Limit, index []int, v decide.Verdict, o envoyru
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits)),
 	}
-	// One allocation holds every status, one every duration: not one each.
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(limits))
-	durations := make([]durationpb.Duration, len(v.Results))
+	// One allocation holds every status, with its current_limit and its
+	// duration: not one each.
+	parts := make([]struct {
+		status   rlsv3.RateLimitResponse_DescriptorStatus
+		current  rlsv3.RateLimitResponse_RateLimit
+		duration durationpb.Duration
+	}, len(limits))
 	for i, l := range limits {
-		st := &statuses[i]
+		st := &parts[i].status
 		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if l != nil && l.Unlimited {
@@ -216,13 +220,16 @@ func answer(limits []*envoyrules.Limit, index []int, v decide.Verdict, o envoyru
 		}
 	}
 	for j, r := range v.Results {
-		l := limits[index[j]]
-		st := resp.Statuses[index[j]]
-		st.CurrentLimit = l.CurrentLimit()
+		l, p := limits[index[j]], &parts[index[j]]
+		st := &p.status
+		// The unit enums number their common values alike (the peer
+		// converts one to the other the same way).
+		p.current.Name, p.current.RequestsPerUnit, p.current.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+		st.CurrentLimit = &p.current
 		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 		reset := max(r.ResetAfter, 0)
-		durations[j].Seconds, durations[j].Nanos = int64(reset/time.Second), int32(reset%time.Second)
-		st.DurationUntilReset = &durations[j]
+		p.duration.Seconds, p.duration.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &p.duration
 		if r.Over && !l.Policy.Shadow { // shadows are counted and reported, never enforced
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}

@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
@@ -86,9 +85,7 @@ func writePair(b *strings.Builder, i int, key, value string) {
 // everything, as in a file.
 func (r *Rules) Override(domain string, d *ratelimitv3.RateLimitDescriptor) (*Limit, limiter.Key, error) {
 	o := d.GetLimit()
-	// The two unit enums number their common values alike (the peer
-	// converts one to the other the same way).
-	u := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	u := Unit(o.GetUnit())
 	unit, window, ok := unitOf(u)
 	switch {
 	case !ok:

@@ -22,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
@@ -68,19 +67,38 @@ func (e *ConfigError) Error() string {
 // Unwrap makes errors.Is(err, ErrRules) true.
 func (e *ConfigError) Unwrap() error { return ErrRules }
 
-// units maps the rate_limit.unit names to Envoy's enum and a window. Month and
+// Unit is a rate_limit's unit, numbered as Envoy numbers the unit of an
+// answer's current_limit (RateLimitResponse.RateLimit.Unit) and of a
+// request's limit override (RateLimitUnit, which lacks WEEK: 7 is a week
+// there too, as envoyproxy/ratelimit reads it), so that a transport
+// converts either by a cast. The rule model imports neither message
+// package: the first comes with the gRPC server's stubs.
+type Unit int32
+
+// The units, numbered as Envoy's.
+const (
+	unitSecond Unit = 1
+	unitMinute Unit = 2
+	unitHour   Unit = 3
+	unitDay    Unit = 4
+	unitMonth  Unit = 5
+	unitYear   Unit = 6
+	unitWeek   Unit = 7
+)
+
+// units maps the rate_limit.unit names to a Unit and a window. Month and
 // year are 30 and 365 days, as envoyproxy/ratelimit counts them.
 var units = map[string]struct {
-	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	unit   Unit
 	window time.Duration
 }{
-	"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	"minute": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-	"hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-	"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
-	"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
-	"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
-	"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+	"second": {unitSecond, time.Second},
+	"minute": {unitMinute, time.Minute},
+	"hour":   {unitHour, time.Hour},
+	"day":    {unitDay, 24 * time.Hour},
+	"week":   {unitWeek, 7 * 24 * time.Hour},
+	"month":  {unitMonth, 30 * 24 * time.Hour},
+	"year":   {unitYear, 365 * 24 * time.Hour},
 }
 
 // unitNames lists the units from the shortest.
@@ -88,7 +106,7 @@ var unitNames = []string{"second", "minute", "hour", "day", "week", "month", "ye
 
 // unitOf returns the name and window of an Envoy unit; ok is false for
 // UNKNOWN and values outside the enum.
-func unitOf(u rlsv3.RateLimitResponse_RateLimit_Unit) (name string, window time.Duration, ok bool) {
+func unitOf(u Unit) (name string, window time.Duration, ok bool) {
 	for _, name := range unitNames {
 		if units[name].unit == u {
 			return name, units[name].window, true
@@ -117,30 +135,18 @@ type Limit struct {
 	// Limit is 0 (not a valid store policy) when RequestsPerUnit is 0.
 	Policy limiter.Policy
 	// Name is rate_limit.name, echoed in current_limit and used by replaces.
-	Name            string
-	Replaces        []string
-	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	Name     string
+	Replaces []string
+	// Unit and RequestsPerUnit are rate_limit's.
+	Unit            Unit
 	RequestsPerUnit uint32
 	// Unlimited limits are never counted and always answer OK.
 	Unlimited bool
 	// Quota is quota_mode: over, this limit makes the request over only
-	// when every quota limit of the request is (see Decide).
+	// when every quota limit of the request is (see envoy.Decide).
 	Quota bool
 	// Metadata is the descriptor's metadata, nil when none.
 	Metadata *structpb.Struct
-
-	// current is the current_limit every answer of a configured limit
-	// shares (read only, never changed once built); nil for a request's
-	// override, whose answer builds its own.
-	current *rlsv3.RateLimitResponse_RateLimit
-}
-
-// CurrentLimit is the current_limit of l's answers.
-func (l *Limit) CurrentLimit() *rlsv3.RateLimitResponse_RateLimit {
-	if l.current != nil {
-		return l.current
-	}
-	return &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
 }
 
 // Blocked reports whether the limit refuses everything (requests_per_unit 0).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -41,16 +40,16 @@ func TestFixturesBecomePolicies(t *testing.T) {
 
 func TestUnitsMapToWholeSecondWindows(t *testing.T) {
 	for name, want := range map[string]struct {
-		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		unit   Unit
 		window time.Duration
 	}{
-		"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-		"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-		"Hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-		"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 86400 * time.Second},
-		"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 86400 * time.Second},
-		"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 86400 * time.Second},
-		"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 86400 * time.Second},
+		"second": {unitSecond, time.Second},
+		"MINUTE": {unitMinute, time.Minute},
+		"Hour":   {unitHour, time.Hour},
+		"day":    {unitDay, 86400 * time.Second},
+		"week":   {unitWeek, 7 * 86400 * time.Second},
+		"month":  {unitMonth, 30 * 86400 * time.Second},
+		"year":   {unitYear, 365 * 86400 * time.Second},
 	} {
 		r := NewRules(Options{})
 		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+name+", requests_per_unit: 7}\n")))
