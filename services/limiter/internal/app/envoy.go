@@ -19,7 +19,6 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
-	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // errNoEnvoy is returned by ServeGRPC when the configuration asks for no
@@ -106,7 +105,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.tracing != nil {
 		opts = append(opts, a.tracing.GRPC())
 	}
-	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
+	srv, hs := envoy.NewGRPCServer(envoy.NewService(a.current.Load), a.log, opts...)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	var following sync.WaitGroup
 	defer following.Wait()

@@ -21,6 +21,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // t0 is 15 seconds before a minute ends.
@@ -76,14 +77,18 @@ func serve(t testing.TB, rules *envoyrules.Rules, store limiter.Store) *server {
 }
 
 // newService returns a Service deciding rules on store, with its metrics
-// on reg.
+// on reg, in a snapshot of its own (whose seed routes no test asks).
 func newService(t testing.TB, rules *envoyrules.Rules, store limiter.Store, clock limiter.Clock, reg prometheus.Registerer) *Service {
 	t.Helper()
 	m, err := decide.NewMetrics(reg)
 	require.NoError(t, err)
-	dec, err := decide.New(decide.Options{Store: store, StoreName: "test", Clock: clock, Metrics: m})
+	seed := []string{"seed"}
+	snap, err := snapshot.New(snapshot.Parts{
+		Policies:  []limiter.Policy{{Name: "seed", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Minute}},
+		PingRoute: seed, CheckRoute: seed, Envoy: rules, Store: store, StoreName: "test", Clock: clock, Metrics: m,
+	})
 	require.NoError(t, err)
-	return NewService(func() (*envoyrules.Rules, *decide.Decider) { return rules, dec })
+	return NewService(func() *snapshot.Snapshot { return snap })
 }
 
 // entries builds a descriptor from key, value pairs.

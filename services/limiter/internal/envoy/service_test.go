@@ -23,6 +23,7 @@ import (
 
 	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 const (
@@ -372,11 +373,23 @@ func TestCurrentLimitNamesEveryUnit(t *testing.T) {
 	for _, unit := range []string{"second", "minute", "hour", "day", "week", "month", "year"} {
 		r := envoyrules.NewRules(envoyrules.Options{})
 		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+unit+", requests_per_unit: 7}\n")))
-		rules, dec := newService(t, r, stores["memory"](t), limitertest.NewClock(t0), prometheus.NewRegistry()).current()
-		resp, err := Decide(context.Background(), dec, rules, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("k", "v")}})
+		snap := newService(t, r, stores["memory"](t), limitertest.NewClock(t0), prometheus.NewRegistry()).current()
+		resp, err := Decide(context.Background(), snap.Decider, snap.Envoy, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("k", "v")}})
 		require.NoError(t, err)
 		current := resp.GetStatuses()[0].GetCurrentLimit()
 		assert.Equal(t, strings.ToUpper(unit), current.GetUnit().String())
 		assert.EqualValues(t, 7, current.GetRequestsPerUnit(), unit)
 	}
+}
+
+// TestEachCallLoadsOneSnapshot: a call decides with the Envoy rules and the
+// decider of the one snapshot it loaded.
+func TestEachCallLoadsOneSnapshot(t *testing.T) {
+	snap := newService(t, fixtures(t), stores["memory"](t), limitertest.NewClock(t0), prometheus.NewRegistry()).current()
+	loads := 0
+	svc := NewService(func() *snapshot.Snapshot { loads++; return snap })
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("customer", "vip")}})
+	require.NoError(t, err)
+	assert.NotNil(t, resp.GetStatuses()[0].GetCurrentLimit(), "the snapshot's rules matched the descriptor")
+	assert.Equal(t, 1, loads, "one load per call")
 }

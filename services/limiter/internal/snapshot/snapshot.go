@@ -14,7 +14,6 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
@@ -176,13 +175,4 @@ func (s *Snapshot) Stored() []limiter.Policy {
 		return s.policies
 	}
 	return slices.Concat(s.policies, s.Envoy.Policies())
-}
-
-// EnvoySource returns the envoy.Source of the snapshot load returns: each
-// call loads one snapshot.
-func EnvoySource(load func() *Snapshot) envoy.Source {
-	return func() (*envoyrules.Rules, *decide.Decider) {
-		s := load()
-		return s.Envoy, s.Decider
-	}
 }
