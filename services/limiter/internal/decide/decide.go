@@ -176,8 +176,9 @@ func (v *Verdict) Allowed() bool { return v.Refused < 0 }
 // Route evaluates plan's policies in order for key with cost, with the time
 // read once, by the library's rule (limiter.Evaluation): the first refusal
 // by an enforcing policy stops the evaluation, so later policies are not
-// charged; shadow refusals are counted and ignored. audit goes to the store with the plan's audit policy. An error
-// means the store could not decide; it is counted.
+// charged; shadow refusals are counted and ignored. audit goes to the store
+// with the plan's audit policy. An error means the store could not decide;
+// it is counted.
 func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost int64, audit string) (Verdict, error) {
 	ctx, cancel := d.withBudget(ctx)
 	defer cancel()
