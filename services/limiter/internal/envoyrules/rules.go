@@ -229,7 +229,9 @@ func (lv level) clone() level {
 }
 
 // Options are the settings of the Envoy API that come with its rules: how
-// files are read and how answers are made. Each is named after the
+// files are read and how answers are made (by internal/envoy, which reads
+// them with Rules.Options). They travel with the rules so that a reload
+// changes both at once, in one snapshot. Each is named after the
 // envoyproxy/ratelimit setting it reproduces, all off by default as there.
 type Options struct {
 	// MergeDomains merges the descriptors of several files of one domain
@@ -241,17 +243,17 @@ type Options struct {
 	// response_headers_to_add (LIMIT_RESPONSE_HEADERS_ENABLED, with the
 	// IETF fields instead of the peer's RateLimit-Limit/-Remaining/-Reset).
 	ResponseHeaders bool
-	// DynamicMetadata fills the answers' dynamic_metadata (see
-	// dynamicMetadata; RESPONSE_DYNAMIC_METADATA).
+	// DynamicMetadata fills the answers' dynamic_metadata
+	// (RESPONSE_DYNAMIC_METADATA; see envoy.Decide).
 	DynamicMetadata bool
 	// StopIncrementWhenOverLimit counts none of a request's descriptors
 	// but the ones over their limit when any is
-	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see Decide).
+	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see envoy.Decide).
 	StopIncrementWhenOverLimit bool
 	// LimitHeaders adds envoyproxy/ratelimit's own header fields
 	// (LIMIT_RESPONSE_HEADERS_ENABLED) to the answers'
 	// response_headers_to_add, named by LimitHeaderNames (see
-	// limitHeaders).
+	// envoy.Decide).
 	LimitHeaders     bool
 	LimitHeaderNames LimitHeaderNames
 	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE), as
