@@ -12,7 +12,7 @@ TESTFLAGS ?= -race -shuffle=on -count=1 -timeout=45m
 
 .PHONY: help
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
 build: ## build bin/limiter, bin/atk, bin/loadgen and bin/lab
@@ -65,7 +65,7 @@ docs-tables: ## regenerate docs/envoy.md's table of envoyproxy/ratelimit's varia
 	cd services/limiter && $(GO) test -count=1 -run '^TestEnvoyDocPeerTable$$' ./internal/config -update
 
 .PHONY: atk
-atk: build ## start two services on free ports (with and without admin key) and run the attack suite
+atk: build ## start three services on free ports (the main target with an admin key, one without, a strict one with an internal listener and gateway rules) and run the attack suite
 	scripts/atk.sh $(BIN)
 
 OUT ?= demo-out
@@ -92,7 +92,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s)
 
 BENCHTIME ?= 1s
 .PHONY: bench
-bench: build ## library benchmarks, then every store against a bare Gin handler (vegeta and wrk, BENCH_KEYS=100000) and, with PEER_RATELIMIT_BIN / PEER_GUBERNATOR_BIN, envoyproxy/ratelimit / gubernator (docs/benchmarks.md)
+bench: build ## Go benchmarks (the library, the service's HTTP and Envoy handlers), then every store against a bare Gin handler (vegeta and wrk, BENCH_KEYS=100000) and, with PEER_RATELIMIT_BIN / PEER_GUBERNATOR_BIN, envoyproxy/ratelimit / gubernator (docs/benchmarks.md)
 	BENCHTIME=$(BENCHTIME) scripts/bench.sh $(BIN)
 
 .PHONY: deploy-check

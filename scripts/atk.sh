@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs the attack suite against two fresh Tollgate services and stops them.
+# Runs the attack suite against three fresh Tollgate services and stops them.
 #
 # usage: scripts/atk.sh BIN_DIR [atk flags...]
 #

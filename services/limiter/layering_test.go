@@ -63,13 +63,13 @@ var layerRules = []layerRule{
 		forbid: stores,
 	},
 	{
-		why:    "the Envoy rules and the snapshot never reach the HTTP edge",
-		from:   []string{"services/limiter/internal/envoy", "services/limiter/internal/snapshot"},
+		why:    "Envoy's transports, its rules and the snapshot never reach the HTTP edge",
+		from:   []string{"services/limiter/internal/envoy", "services/limiter/internal/envoyrules", "services/limiter/internal/snapshot"},
 		forbid: append(local("services/limiter/internal/httpapi"), "github.com/gin-gonic/gin"),
 	},
 	{
-		why:    "the fallback and the Envoy rules own their types and errors: they never reach the service's configuration",
-		from:   []string{"services/limiter/internal/fallback", "services/limiter/internal/envoy"},
+		why:    "the fallback and Envoy's rules and transports own their types and errors: they never reach the service's configuration",
+		from:   []string{"services/limiter/internal/fallback", "services/limiter/internal/envoyrules", "services/limiter/internal/envoy"},
 		forbid: local("services/limiter/internal/config"),
 	},
 	{
@@ -93,6 +93,11 @@ var layerRules = []layerRule{
 		why:    "the lab drives the library, never the service",
 		from:   []string{"tools/lab/..."},
 		forbid: local("services"),
+	},
+	{
+		why:    "no transport in the Envoy rule model, nor in the snapshot that holds it: no gRPC, no Gin, neither the HTTP edge nor Envoy's gRPC and JSON edge",
+		from:   []string{"services/limiter/internal/envoyrules", "services/limiter/internal/snapshot"},
+		forbid: append(local("services/limiter/internal/httpapi", "services/limiter/internal/envoy"), "google.golang.org/grpc", "github.com/gin-gonic/gin"),
 	},
 }
 

@@ -481,6 +481,7 @@ func (w *whatifRun) replay(top int) (whatifReport, error) {
 	store := memstore.New(memstore.WithMaxKeys(memoryMaxKeys))
 	defer store.Close()
 	ctx := context.Background()
+	var decisions []limiter.Decision // of one request, reused
 	for _, q := range w.reqs {
 		cs := &clients[q.client]
 		cs.requests++
@@ -500,34 +501,36 @@ func (w *whatifRun) replay(top int) (whatifReport, error) {
 			key = limiter.Key{Subject: w.names[q.key]}
 		}
 		now := time.Unix(0, q.at).UTC()
-		for _, p := range plan.policies {
-			d, err := store.Allow(ctx, p, limiter.Request{Key: key, Cost: 1, Now: now})
-			if err != nil {
-				return whatifReport{}, fmt.Errorf("lab whatif: policy %s: %w", p.Name, err)
-			}
-			row := policies[p.Name]
-			row.Evaluated++
+		ds, e, err := charge(ctx, store, plan.policies, key, 1, now, decisions[:0])
+		if err != nil {
+			return whatifReport{}, err
+		}
+		decisions = ds
+		for i, d := range ds {
+			p := plan.policies[i]
+			policies[p.Name].Evaluated++
 			if d.Allowed {
 				continue
 			}
 			series(p.Name)[bin(q.at)]++
-			if p.Shadow {
-				row.ShadowRefused++
-				s := shadows[p.Name]
-				if s == nil {
-					s = &whatifShadowRow{Policy: p.Name, First: now}
-					shadows[p.Name], shadowBy[p.Name] = s, map[uint32]refusals{}
-				}
-				s.Refusals++
-				s.Last = now
-				shadowBy[p.Name][q.client] = shadowBy[p.Name][q.client].add(q.at)
-				continue
+			if !p.Shadow {
+				continue // the request's refusal: counted below
 			}
-			row.Refused++
+			policies[p.Name].ShadowRefused++
+			s := shadows[p.Name]
+			if s == nil {
+				s = &whatifShadowRow{Policy: p.Name, First: now}
+				shadows[p.Name], shadowBy[p.Name] = s, map[uint32]refusals{}
+			}
+			s.Refusals++
+			s.Last = now
+			shadowBy[p.Name][q.client] = shadowBy[p.Name][q.client].add(q.at)
+		}
+		if i := e.Refused(); i >= 0 {
+			policies[plan.policies[i].Name].Refused++
 			route.Refused++
 			r.Refused++
 			cs.refused = cs.refused.add(q.at)
-			break
 		}
 	}
 	if n := store.Evictions(); n > 0 {
@@ -565,6 +568,17 @@ func (w *whatifRun) replay(top int) (whatifReport, error) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%d requests with a target the service would answer 400 (not an absolute path, a bad %%-escape, a control character): not counted", w.badPath))
 	}
 	return r, nil
+}
+
+// charge decides one request as the service would: key charged with cost
+// against ps in order at now on store, by the rule the service and the
+// middleware follow (limiter.Evaluation), its decisions appended to ds.
+func charge(ctx context.Context, store limiter.Store, ps []limiter.Policy, key limiter.Key, cost int64, now time.Time, ds []limiter.Decision) ([]limiter.Decision, limiter.Evaluation, error) {
+	ds, e, err := limiter.AllowInOrder(ctx, store, ps, limiter.Request{Key: key, Cost: cost, Now: now}, ds)
+	if err != nil {
+		return ds, e, fmt.Errorf("lab whatif: policy %s: %w", ps[len(ds)].Name, err)
+	}
+	return ds, e, nil
 }
 
 // topClients returns the n clients with the most refusals in by (ties by

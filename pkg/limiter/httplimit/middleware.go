@@ -36,7 +36,8 @@ const (
 // RateLimit fields of draft-ietf-httpapi-ratelimit-headers-10 (for the
 // refusing policy, else for the enforcing policy with the least remaining)
 // and X-RateLimit-Limit, -Remaining and -Reset; a refusal also carries
-// Retry-After.
+// Retry-After. That rule is [limiter.Evaluation]'s, which the Tollgate
+// service and the lab's whatif follow too.
 type Middleware struct {
 	store        limiter.Store
 	policies     []limiter.Policy
@@ -147,22 +148,6 @@ type Result struct {
 // Allowed reports whether the request passed.
 func (r Result) Allowed() bool { return r.Refused < 0 }
 
-// shown returns the index of the decision the header fields describe: the
-// refusal, else the enforcing policy with the least remaining; -1 when every
-// policy is a shadow.
-func (r Result) shown() int {
-	if r.Refused >= 0 {
-		return r.Refused
-	}
-	best := -1
-	for i, d := range r.Decisions {
-		if !r.Policies[i].Shadow && (best < 0 || d.Remaining < r.Decisions[best].Remaining) {
-			best = i
-		}
-	}
-	return best
-}
-
 type resultKey struct{}
 
 // ResultFrom returns the Result of the middleware that let the request
@@ -209,7 +194,7 @@ func (m *Middleware) Limit(w http.ResponseWriter, r *http.Request) (*http.Reques
 			return r, false
 		}
 	}
-	res, err := m.evaluate(r.Context(), key, cost)
+	res, e, err := m.evaluate(r.Context(), key, cost)
 	if err != nil {
 		if m.report != nil {
 			m.report(r, err)
@@ -221,11 +206,12 @@ func (m *Middleware) Limit(w http.ResponseWriter, r *http.Request) (*http.Reques
 		return r, false
 	}
 	hd := w.Header()
-	if i := res.shown(); i >= 0 {
+	if i := e.Shown(); i >= 0 {
 		NewFields(m.policyHeader, res.Policies[i], res.Decisions[i]).Set(hd)
 	}
 	if !res.Allowed() {
-		SetRetryAfter(hd, res.Decisions[res.Refused].RetryAfter)
+		wait, _ := e.RetryAfter() // always set: a store's refusal of a cost within the limit lifts
+		SetRetryAfter(hd, wait)
 		m.refuse(w, r, res)
 		return r, false
 	}
@@ -233,23 +219,15 @@ func (m *Middleware) Limit(w http.ResponseWriter, r *http.Request) (*http.Reques
 }
 
 // evaluate charges key with cost on the policies in order, with the time
-// read once, and stops at the first enforcing refusal.
-func (m *Middleware) evaluate(ctx context.Context, key string, cost int64) (Result, error) {
-	now := m.clock.Now()
-	res := Result{Key: key, Cost: cost, Policies: m.policies, Decisions: make([]limiter.Decision, 0, len(m.policies)), Refused: -1}
-	for i, p := range m.policies {
-		d, err := m.store.Allow(ctx, p, limiter.Request{Key: limiter.Key{Subject: key}, Cost: cost, Now: now})
-		if err != nil {
-			return res, fmt.Errorf("httplimit: policy %s: %w", strconv.Quote(p.Name), err)
-		}
-		res.Decisions = append(res.Decisions, d)
-		if !d.Allowed && !p.Shadow {
-			res.Refused = i
-			res.Policies = m.policies[:i+1]
-			return res, nil
-		}
+// read once, by limiter.Evaluation's rule: it stops at the first enforcing
+// refusal.
+func (m *Middleware) evaluate(ctx context.Context, key string, cost int64) (Result, limiter.Evaluation, error) {
+	r := limiter.Request{Key: limiter.Key{Subject: key}, Cost: cost, Now: m.clock.Now()}
+	ds, e, err := limiter.AllowInOrder(ctx, m.store, m.policies, r, make([]limiter.Decision, 0, len(m.policies)))
+	if err != nil {
+		return Result{}, e, fmt.Errorf("httplimit: policy %s: %w", strconv.Quote(m.policies[len(ds)].Name), err)
 	}
-	return res, nil
+	return Result{Key: key, Cost: cost, Policies: m.policies[:len(ds)], Decisions: ds, Refused: e.Refused()}, e, nil
 }
 
 // writeRefusal is the default refusal: the 429 problem document.

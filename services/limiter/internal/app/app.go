@@ -25,7 +25,7 @@ import (
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/offenders"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
@@ -146,7 +146,7 @@ func New(ctx context.Context, cfg config.Config, opts ...Option) (*App, error) {
 // build probes the store, creates the other metrics, the first snapshot
 // and the engine. rules are the Envoy rules; nil when no Envoy API is
 // asked for.
-func (a *App) build(ctx context.Context, rules *envoy.Rules) error {
+func (a *App) build(ctx context.Context, rules *envoyrules.Rules) error {
 	reg := a.registry
 	a.pruned = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "tollgate_pruned_records_total",
@@ -258,7 +258,7 @@ func (a *App) shutdownTracing() error {
 // Envoy API). It reads nothing else of a reloaded configuration: what is
 // not in cfg is the running one's (a.cfg), so that a reload applies a
 // setting wholly or not at all. It publishes nothing.
-func (a *App) snapshot(cfg config.Live, rules *envoy.Rules) (*snapshot.Snapshot, error) {
+func (a *App) snapshot(cfg config.Live, rules *envoyrules.Rules) (*snapshot.Snapshot, error) {
 	if err := envoyClash(rules, cfg.Policies, a.cfg.EnvoyConfig); err != nil {
 		return nil, err
 	}

@@ -1,9 +1,11 @@
 package app
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/netip"
+	"sync"
 	"syscall"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -100,4 +102,21 @@ func (c connCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(connRefusedDesc, prometheus.CounterValue, float64(l.Refused()), c.names[i])
 		ch <- prometheus.MustNewConstMetric(connReclaimedDesc, prometheus.CounterValue, float64(l.Reclaimed()), c.names[i])
 	}
+}
+
+// serveAll runs serve[i] on lns[i], each in its goroutine, until ctx is
+// done or one fails, which stops the others.
+func (a *App) serveAll(ctx context.Context, lns []net.Listener, serve []func(context.Context, net.Listener) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(lns))
+	var wg sync.WaitGroup
+	for i := range lns {
+		wg.Go(func() {
+			errs[i] = serve[i](ctx, lns[i])
+			cancel()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }

@@ -34,7 +34,7 @@ import (
 )
 
 // envoyRules is the envoy package's fixture folder.
-var envoyRules = filepath.Join("..", "envoy", "testdata", "rules")
+var envoyRules = filepath.Join("..", "envoyrules", "testdata", "rules")
 
 // grpcClient serves a's gRPC API on a loopback port until the test ends and
 // returns a connection to it.

@@ -15,7 +15,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
@@ -74,14 +74,16 @@ func (a *App) policiesOf(cfg config.Live) []limiter.Policy {
 // needs a restart: a warning lists those that changed. Reload
 // is what SIGHUP calls; it is safe for concurrent use (reloads run one at
 // a time).
-func (a *App) Reload(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadDir) }
+func (a *App) Reload(ctx context.Context) error { return a.reloadWith(ctx, envoyrules.LoadDir) }
 
 // reloadWatched is Reload for a change the Envoy folder watch saw: a rule
-// file that may be half-written is refused (see envoy.LoadWholeDir).
-func (a *App) reloadWatched(ctx context.Context) error { return a.reloadWith(ctx, envoy.LoadWholeDir) }
+// file that may be half-written is refused (see envoyrules.LoadWholeDir).
+func (a *App) reloadWatched(ctx context.Context) error {
+	return a.reloadWith(ctx, envoyrules.LoadWholeDir)
+}
 
 // reloadWith is Reload reading the Envoy folder with loadDir.
-func (a *App) reloadWith(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) error {
+func (a *App) reloadWith(ctx context.Context, loadDir func(string, envoyrules.Options) (*envoyrules.Rules, error)) error {
 	a.reloading.Lock()
 	defer a.reloading.Unlock()
 	cfg, err := a.reload(ctx, loadDir)
@@ -98,7 +100,7 @@ func (a *App) reloadWith(ctx context.Context, loadDir func(string, envoy.Options
 	return nil
 }
 
-func (a *App) reload(ctx context.Context, loadDir func(string, envoy.Options) (*envoy.Rules, error)) (config.Config, error) {
+func (a *App) reload(ctx context.Context, loadDir func(string, envoyrules.Options) (*envoyrules.Rules, error)) (config.Config, error) {
 	if a.load == nil {
 		return config.Config{}, errNoReloadSource
 	}
@@ -126,14 +128,14 @@ func (a *App) reload(ctx context.Context, loadDir func(string, envoy.Options) (*
 
 // emptied reports whether next, replacing running, leaves no domain where
 // there were some.
-func emptied(running, next *envoy.Rules) bool {
+func emptied(running, next *envoyrules.Rules) bool {
 	return len(next.Domains()) == 0 && len(running.Domains()) > 0
 }
 
 // publish builds the snapshot of cfg with the Envoy rules, probes that the
 // store can decide its policies, and publishes it; on error what runs
 // stays. Callers hold a.reloading.
-func (a *App) publish(ctx context.Context, cfg config.Config, rules *envoy.Rules) error {
+func (a *App) publish(ctx context.Context, cfg config.Config, rules *envoyrules.Rules) error {
 	old := a.current.Load()
 	snap, err := a.snapshot(cfg.Live, rules)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 	"github.com/tollgate/tollgate/services/limiter/internal/xds"
 )
@@ -49,7 +49,7 @@ func (a *App) newXDS(cfg config.Config) (*xds.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return xds.New(cfg.EnvoyXDSServer, cfg.EnvoyXDSNodeID, envoy.XDSTypeURL, creds, a.applyXDS, a.log), nil
+	return xds.New(cfg.EnvoyXDSServer, cfg.EnvoyXDSNodeID, envoyrules.XDSTypeURL, creds, a.applyXDS, a.log), nil
 }
 
 // xdsCredentials are the TLS credentials of the xDS connection; nil for
@@ -96,14 +96,14 @@ func clientTLSFiles(prefix, ca, cert, key string) (*tls.Config, error) {
 }
 
 // applyXDS applies one version pushed by the management server: every
-// resource read as one Envoy file (see envoy.Rules.AddXDS), the rules
+// resource read as one Envoy file (see envoyrules.Rules.AddXDS), the rules
 // built whole, then published with the policies in force through the same
 // snapshot as a reload, so that each request sees either the old rules or
 // the new ones. Any error leaves the running rules in place and is the
 // NACK's detail; so is a version without any domain while rules run,
 // unless --envoy-allow-empty-reload.
 func (a *App) applyXDS(version string, resources []*anypb.Any) error {
-	rules := envoy.NewRules(envoyOptions(a.cfg))
+	rules := envoyrules.NewRules(envoyOptions(a.cfg))
 	for i, res := range resources {
 		c := &rlsconfv3.RateLimitConfig{}
 		if err := res.UnmarshalTo(c); err != nil {

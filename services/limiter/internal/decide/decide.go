@@ -154,6 +154,11 @@ type Result struct {
 	Final bool
 }
 
+// outcome is r as limiter.Evaluation reads it, for a check of p.
+func (r Result) outcome(p limiter.Policy) limiter.Outcome {
+	return limiter.Outcome{Shadow: p.Shadow, Over: r.Over, Final: r.Final, Remaining: r.Remaining, RetryAfter: r.RetryAfter}
+}
+
 // Verdict is the outcome of one request.
 type Verdict struct {
 	// Results holds one Result per evaluated check, in order.
@@ -169,15 +174,17 @@ type Verdict struct {
 func (v *Verdict) Allowed() bool { return v.Refused < 0 }
 
 // Route evaluates plan's policies in order for key with cost, with the time
-// read once. The first refusal by an enforcing policy stops the evaluation,
-// so later policies are not charged; shadow refusals are counted and
-// ignored. audit goes to the store with the plan's audit policy. An error
-// means the store could not decide; it is counted.
+// read once, by the library's rule (limiter.Evaluation): the first refusal
+// by an enforcing policy stops the evaluation, so later policies are not
+// charged; shadow refusals are counted and ignored. audit goes to the store
+// with the plan's audit policy. An error means the store could not decide;
+// it is counted.
 func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost int64, audit string) (Verdict, error) {
 	ctx, cancel := d.withBudget(ctx)
 	defer cancel()
 	now := d.clock.Now()
 	v := Verdict{Results: make([]Result, 0, len(plan.policies)), Refused: -1}
+	var e limiter.Evaluation
 	for i, p := range plan.policies {
 		c := Check{Policy: p, Key: key, Cost: cost}
 		if i == plan.audit {
@@ -188,18 +195,19 @@ func (d *Decider) Route(ctx context.Context, plan *Plan, key limiter.Key, cost i
 			return v, err
 		}
 		v.Results = append(v.Results, r)
-		if r.Over && !p.Shadow {
-			v.Refused = i
+		if !e.Add(r.outcome(p)) {
 			break
 		}
 	}
-	v.Header = header(plan.header, plan.policies, v.Results)
+	v.Refused = e.Refused()
+	v.Header = header(plan.header, plan.policies, v.Results, &e)
 	return v, nil
 }
 
 // Each evaluates every check, with the time read once: all of them are
 // counted, whatever the others answer (envoyproxy/ratelimit's rule for the
-// descriptors of one request). Refused is the first enforcing refusal. The
+// descriptors of one request). The rest is limiter.Evaluation's rule:
+// Refused is the first enforcing refusal, which the header shows. The
 // verdict's Header is filled only when withHeader is true (building it
 // costs a few strings per call; a caller that sends no header fields asks
 // for none). An error means the store could not decide; it is counted.
@@ -208,22 +216,22 @@ func (d *Decider) Each(ctx context.Context, checks []Check, withHeader bool) (Ve
 	defer cancel()
 	now := d.clock.Now()
 	v := Verdict{Results: make([]Result, 0, len(checks)), Refused: -1, Header: Header{RetryAfter: -1}}
-	for i, c := range checks {
+	var e limiter.Evaluation
+	for _, c := range checks {
 		r, err := d.decide(ctx, c, nil, now)
 		if err != nil {
 			return v, err
 		}
 		v.Results = append(v.Results, r)
-		if r.Over && !c.Policy.Shadow && v.Refused < 0 {
-			v.Refused = i
-		}
+		e.Add(r.outcome(c.Policy)) // every check is charged, whatever it answers
 	}
+	v.Refused = e.Refused()
 	if withHeader {
 		ps := make([]limiter.Policy, len(checks))
 		for i, c := range checks {
 			ps[i] = c.Policy
 		}
-		v.Header = header(httplimit.PolicyHeader(ps), ps, v.Results)
+		v.Header = header(httplimit.PolicyHeader(ps), ps, v.Results, &e)
 	}
 	return v, nil
 }
@@ -286,38 +294,18 @@ func (d *Decider) check(ctx context.Context, c Check, pc *counters, now time.Tim
 }
 
 // header works out the header values of results (the first len(results)
-// of ps) with policyHeader as RateLimit-Policy. The RateLimit field shows
-// the first enforcing refusal, else the enforcing policy with the least
-// remaining (the first of equals); Retry-After, for a refused request, is
-// the longest wait among the enforcing refusals that a wait can lift.
-func header(policyHeader string, ps []limiter.Policy, results []Result) Header {
+// of ps), evaluated by e, with policyHeader as RateLimit-Policy: the
+// RateLimit field of the outcome e shows and e's Retry-After (see
+// limiter.Evaluation).
+func header(policyHeader string, ps []limiter.Policy, results []Result, e *limiter.Evaluation) Header {
 	h := Header{Fields: httplimit.Fields{Policy: policyHeader}, RetryAfter: -1}
-	if policyHeader == "" {
+	shown := e.Shown()
+	if policyHeader == "" || shown < 0 {
 		return h
 	}
-	shown, refused, retry := -1, false, time.Duration(-1)
-	for i, r := range results {
-		if ps[i].Shadow {
-			continue
-		}
-		if r.Over {
-			refused = true
-			if !r.Final {
-				retry = max(retry, r.RetryAfter)
-			}
-		}
-		if shown < 0 || (r.Over && !results[shown].Over) ||
-			(!r.Over && !results[shown].Over && r.Remaining < results[shown].Remaining) {
-			shown = i
-		}
-	}
-	if shown < 0 {
-		return h
-	}
-	s := results[shown]
-	h.Fields = httplimit.NewFields(policyHeader, ps[shown], s.Decision)
-	if refused && retry >= 0 {
-		h.RetryAfter = httplimit.RetryAfterSeconds(retry)
+	h.Fields = httplimit.NewFields(policyHeader, ps[shown], results[shown].Decision)
+	if wait, ok := e.RetryAfter(); ok {
+		h.RetryAfter = httplimit.RetryAfterSeconds(wait)
 	}
 	return h
 }

@@ -10,11 +10,12 @@ import "github.com/tollgate/tollgate/pkg/limiter/httplimit"
 type Header struct {
 	// Fields are the RateLimit-Policy value (every enforcing policy of the
 	// request; empty when all are shadows: then no field is set) and the
-	// shown policy's values: the enforcing refusal, else the enforcing
-	// policy with the least remaining (none when no enforcing policy was
-	// evaluated).
+	// values of the policy limiter.Evaluation shows: the first enforcing
+	// refusal, else the enforcing policy with the least remaining (none
+	// when no enforcing policy was evaluated).
 	httplimit.Fields
 	// RetryAfter is the Retry-After value in whole seconds (rounded up)
-	// when the request is refused and waiting can make it pass; -1 otherwise.
+	// when the request is refused and waiting can make it pass (the longest
+	// wait of its enforcing refusals); -1 otherwise.
 	RetryAfter int64
 }

@@ -23,9 +23,9 @@ import (
 // its cause (a closed store, a caller gone) and is not ErrInvalid.
 func TestDecideErrorsArePlain(t *testing.T) {
 	decideOn := func(t *testing.T, store limiter.Store) func(ctx context.Context, req *rlsv3.RateLimitRequest) error {
-		rules, dec := newService(t, fixtures(t), store, limitertest.NewClock(t0), prometheus.NewRegistry()).current()
+		snap := newService(t, fixtures(t), store, limitertest.NewClock(t0), prometheus.NewRegistry()).current()
 		return func(ctx context.Context, req *rlsv3.RateLimitRequest) error {
-			_, err := Decide(ctx, dec, rules, req)
+			_, err := Decide(ctx, snap.Decider, snap.Envoy, req)
 			return err
 		}
 	}

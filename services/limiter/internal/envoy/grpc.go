@@ -16,29 +16,27 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
-
-// Source returns what one call decides with: the rules and the decider of
-// the configuration in force. Each call reads it once, so a call finishes
-// on the configuration it started with.
-type Source func() (*Rules, *decide.Decider)
 
 // Service answers Envoy's rate-limit gRPC API: it adapts each call to
 // Decide. It is safe for concurrent use.
 type Service struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	current Source
+	current func() *snapshot.Snapshot
 }
 
-// NewService returns a Service reading its configuration from current.
-func NewService(current Source) *Service { return &Service{current: current} }
+// NewService returns a Service deciding with the configuration current
+// returns, as the HTTP routes do (httpapi.Options.Snapshot): each call
+// loads one snapshot and finishes on it, whatever a reload publishes
+// meanwhile. Its Envoy rules must not be nil.
+func NewService(current func() *snapshot.Snapshot) *Service { return &Service{current: current} }
 
 // ShouldRateLimit answers one gRPC call (see Decide), its error as a
 // status (see grpcStatus).
 func (s *Service) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
-	rules, dec := s.current()
-	resp, err := Decide(ctx, dec, rules, req)
+	snap := s.current()
+	resp, err := Decide(ctx, snap.Decider, snap.Envoy, req)
 	if err != nil {
 		return nil, grpcStatus(err)
 	}

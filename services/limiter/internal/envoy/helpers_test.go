@@ -20,6 +20,8 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // t0 is 15 seconds before a minute ends.
@@ -48,18 +50,18 @@ type server struct {
 	metrics *prometheus.Registry
 }
 
-// fixtures loads testdata/rules, with the header fields on (off by
-// default; the drop-in tests of the app package cover that).
-func fixtures(t testing.TB) *Rules {
+// fixtures loads the rule model's testdata/rules, with the header fields on
+// (off by default; the drop-in tests of the app package cover that).
+func fixtures(t testing.TB) *envoyrules.Rules {
 	t.Helper()
-	r, err := LoadDir(filepath.Join("testdata", "rules"), Options{ResponseHeaders: true})
+	r, err := envoyrules.LoadDir(filepath.Join("..", "envoyrules", "testdata", "rules"), envoyrules.Options{ResponseHeaders: true})
 	require.NoError(t, err)
 	return r
 }
 
 // serve starts rules on store behind a gRPC server on 127.0.0.1:0 and
 // returns a client; everything stops at cleanup.
-func serve(t testing.TB, rules *Rules, store limiter.Store) *server {
+func serve(t testing.TB, rules *envoyrules.Rules, store limiter.Store) *server {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	clock := limitertest.NewClock(t0)
@@ -75,14 +77,18 @@ func serve(t testing.TB, rules *Rules, store limiter.Store) *server {
 }
 
 // newService returns a Service deciding rules on store, with its metrics
-// on reg.
-func newService(t testing.TB, rules *Rules, store limiter.Store, clock limiter.Clock, reg prometheus.Registerer) *Service {
+// on reg, in a snapshot of its own (whose seed routes no test asks).
+func newService(t testing.TB, rules *envoyrules.Rules, store limiter.Store, clock limiter.Clock, reg prometheus.Registerer) *Service {
 	t.Helper()
 	m, err := decide.NewMetrics(reg)
 	require.NoError(t, err)
-	dec, err := decide.New(decide.Options{Store: store, StoreName: "test", Clock: clock, Metrics: m})
+	seed := []string{"seed"}
+	snap, err := snapshot.New(snapshot.Parts{
+		Policies:  []limiter.Policy{{Name: "seed", Algorithm: limiter.FixedWindow, Limit: 1, Window: time.Minute}},
+		PingRoute: seed, CheckRoute: seed, Envoy: rules, Store: store, StoreName: "test", Clock: clock, Metrics: m,
+	})
 	require.NoError(t, err)
-	return NewService(func() (*Rules, *decide.Decider) { return rules, dec })
+	return NewService(func() *snapshot.Snapshot { return snap })
 }
 
 // entries builds a descriptor from key, value pairs.

@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 )
 
 // dynamicMetadata is the answer's dynamic_metadata when
@@ -17,7 +18,7 @@ import (
 // "metadata" the metadata of every matched descriptor that was not refused
 // (shadow refusals pass), merged in request order: the first value of a key
 // wins, except that two mappings merge.
-func dynamicMetadata(req *rlsv3.RateLimitRequest, limits []*Limit, index []int, v decide.Verdict) *structpb.Struct {
+func dynamicMetadata(req *rlsv3.RateLimitRequest, limits []*envoyrules.Limit, index []int, v decide.Verdict) *structpb.Struct {
 	descriptors := make([]*structpb.Value, len(req.GetDescriptors()))
 	for i, d := range req.GetDescriptors() {
 		entries := make([]*structpb.Value, len(d.GetEntries()))

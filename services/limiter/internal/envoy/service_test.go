@@ -12,6 +12,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
@@ -19,6 +20,10 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/tollgate/tollgate/pkg/limiter/limitertest"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
+	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 const (
@@ -358,4 +363,33 @@ func TestAPanicIsAnsweredInternal(t *testing.T) {
 	assert.Equal(t, codes.Internal, status.Code(err))
 	assert.NotContains(t, err.Error(), "boom", "the panic stays in the log")
 	assert.Contains(t, logged.String(), "boom")
+}
+
+// TestCurrentLimitNamesEveryUnit: every unit a rule may have reaches the
+// answer's current_limit under Envoy's name for it, a week too (the rule
+// model numbers its units as Envoy's answer does, which converts them by a
+// cast).
+func TestCurrentLimitNamesEveryUnit(t *testing.T) {
+	for _, unit := range []string{"second", "minute", "hour", "day", "week", "month", "year"} {
+		r := envoyrules.NewRules(envoyrules.Options{})
+		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+unit+", requests_per_unit: 7}\n")))
+		snap := newService(t, r, stores["memory"](t), limitertest.NewClock(t0), prometheus.NewRegistry()).current()
+		resp, err := Decide(context.Background(), snap.Decider, snap.Envoy, &rlsv3.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("k", "v")}})
+		require.NoError(t, err)
+		current := resp.GetStatuses()[0].GetCurrentLimit()
+		assert.Equal(t, strings.ToUpper(unit), current.GetUnit().String())
+		assert.EqualValues(t, 7, current.GetRequestsPerUnit(), unit)
+	}
+}
+
+// TestEachCallLoadsOneSnapshot: a call decides with the Envoy rules and the
+// decider of the one snapshot it loaded.
+func TestEachCallLoadsOneSnapshot(t *testing.T) {
+	snap := newService(t, fixtures(t), stores["memory"](t), limitertest.NewClock(t0), prometheus.NewRegistry()).current()
+	loads := 0
+	svc := NewService(func() *snapshot.Snapshot { loads++; return snap })
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*ratelimitv3.RateLimitDescriptor{entries("customer", "vip")}})
+	require.NoError(t, err)
+	assert.NotNil(t, resp.GetStatuses()[0].GetCurrentLimit(), "the snapshot's rules matched the descriptor")
+	assert.Equal(t, 1, loads, "one load per call")
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 )
 
 // A POST /json whose client went away before the store answered is 503,
@@ -17,7 +17,7 @@ import (
 // error keeps the cancellation in its chain. (The app tests exercise POST
 // /json; this one needs the logs.)
 func TestEnvoyJSONClientGone(t *testing.T) {
-	rules, err := envoy.LoadDir(filepath.Join("..", "envoy", "testdata", "rules"), envoy.Options{})
+	rules, err := envoyrules.LoadDir(filepath.Join("..", "envoyrules", "testdata", "rules"), envoyrules.Options{})
 	require.NoError(t, err)
 	// SQLite's calls honour the context; the memory store decides without
 	// looking at it.

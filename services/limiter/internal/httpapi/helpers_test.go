@@ -29,7 +29,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter/memstore"
 	"github.com/tollgate/tollgate/pkg/limiter/sqlitestore"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 	"github.com/tollgate/tollgate/services/limiter/internal/openapitest"
@@ -114,7 +114,7 @@ type options struct {
 	OffendersWindow       time.Duration
 	OffendersRawKeys      bool
 	// Envoy, when set, serves POST /json.
-	Envoy *envoy.Rules
+	Envoy *envoyrules.Rules
 	// Gateway are the rules of /v1/forward-auth.
 	Gateway []gateway.Rule
 	// Identity, when set, names the clients (default: no trusted proxy).

@@ -14,7 +14,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/gateway"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
-	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 	"github.com/tollgate/tollgate/services/limiter/internal/identity"
 )
 
@@ -27,7 +27,7 @@ type Parts struct {
 	PingRoute, CheckRoute []string
 	// Envoy are the rules of Envoy's rate-limit API; nil when the service
 	// offers no Envoy API.
-	Envoy *envoy.Rules
+	Envoy *envoyrules.Rules
 	// Store decides; the service passes one that applies these policies'
 	// on_store_error modes.
 	Store limiter.Store
@@ -64,7 +64,7 @@ type Snapshot struct {
 	// Ping and Check are the seed routes' plans.
 	Ping, Check *decide.Plan
 	// Envoy are the Envoy rules; nil when the service offers no Envoy API.
-	Envoy *envoy.Rules
+	Envoy *envoyrules.Rules
 	// Identity resolves whose budget a request spends. Never nil.
 	Identity *identity.Resolver
 	// Gateway are the rules of /v1/forward-auth; never nil (no rule: every
@@ -175,13 +175,4 @@ func (s *Snapshot) Stored() []limiter.Policy {
 		return s.policies
 	}
 	return slices.Concat(s.policies, s.Envoy.Policies())
-}
-
-// EnvoySource returns the envoy.Source of the snapshot load returns: each
-// call loads one snapshot.
-func EnvoySource(load func() *Snapshot) envoy.Source {
-	return func() (*envoy.Rules, *decide.Decider) {
-		s := load()
-		return s.Envoy, s.Decider
-	}
 }

@@ -14,76 +14,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
-	"github.com/tollgate/tollgate/pkg/limiter"
-	"github.com/tollgate/tollgate/services/limiter/internal/config"
 	"github.com/tollgate/tollgate/services/limiter/internal/envoy"
 	"github.com/tollgate/tollgate/services/limiter/internal/httpapi"
-	"github.com/tollgate/tollgate/services/limiter/internal/snapshot"
 )
 
 // errNoEnvoy is returned by ServeGRPC when the configuration asks for no
 // Envoy API.
 var errNoEnvoy = errors.New("app: no Envoy rate-limit API: set --grpc-addr, --envoy-config or --envoy-xds-server")
-
-// loadEnvoyRules reads --envoy-config when set. It returns nil rules when
-// none of --grpc-addr, --envoy-config and --envoy-xds-server is set, and
-// empty rules (every descriptor answers OK) for a gRPC server without
-// configuration or before xDS pushes the first version.
-func loadEnvoyRules(cfg config.Config) (*envoy.Rules, error) {
-	if cfg.EnvoyConfig == "" {
-		if cfg.GRPCAddr == "" && cfg.EnvoyXDSServer == "" {
-			return nil, nil
-		}
-		return envoy.NewRules(envoyOptions(cfg)), nil
-	}
-	return rulesInvalid(envoy.LoadDir(cfg.EnvoyConfig, envoyOptions(cfg)))
-}
-
-// rulesInvalid makes a problem of the Envoy rules (envoy.ErrRules) a
-// configuration error (config.ErrInvalid): the service exits with status 2
-// and a reload is refused, as for any other setting.
-func rulesInvalid(rules *envoy.Rules, err error) (*envoy.Rules, error) {
-	if errors.Is(err, envoy.ErrRules) {
-		return rules, config.Invalid(err)
-	}
-	return rules, err
-}
-
-// envoyOptions are cfg's settings of the Envoy API.
-func envoyOptions(cfg config.Config) envoy.Options {
-	return envoy.Options{
-		MergeDomains:               cfg.EnvoyMergeDomainConfig,
-		ResponseHeaders:            cfg.EnvoyResponseHeaders,
-		DynamicMetadata:            cfg.EnvoyResponseDynamicMetadata,
-		StopIncrementWhenOverLimit: cfg.EnvoyStopIncrementWhenOverLimit,
-		QuotaMode:                  cfg.EnvoyQuotaMode,
-		LimitHeaders:               cfg.EnvoyLimitHeaders,
-		LimitHeaderNames: envoy.LimitHeaderNames{
-			Limit: cfg.EnvoyLimitLimitHeader, Remaining: cfg.EnvoyLimitRemainingHeader, Reset: cfg.EnvoyLimitResetHeader,
-		},
-		ShadowMode: cfg.EnvoyShadowMode,
-	}
-}
-
-// envoyClash refuses policies of which one is named like one that rules
-// (read from folder, or pushed by xDS when folder is empty) derive from an
-// Envoy descriptor: the two would share counters. It runs at start and on
-// every reload; rules may be nil.
-func envoyClash(rules *envoy.Rules, policies map[string]limiter.Policy, folder string) error {
-	if rules == nil {
-		return nil
-	}
-	source := folder
-	if source == "" {
-		source = "the xDS version"
-	}
-	for _, p := range rules.Policies() {
-		if _, clash := policies[p.Name]; clash {
-			return &config.Error{Field: "policies." + p.Name, Reason: "an Envoy descriptor in " + source + " derives the same policy name; rename one"}
-		}
-	}
-	return nil
-}
 
 // ServeGRPC answers Envoy's rate-limit API and grpc.health.v1 on ln, over
 // TLS when the gRPC listener has a certificate, until ctx is done. Health
@@ -105,7 +42,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.tracing != nil {
 		opts = append(opts, a.tracing.GRPC())
 	}
-	srv, hs := envoy.NewGRPCServer(envoy.NewService(snapshot.EnvoySource(a.current.Load)), a.log, opts...)
+	srv, hs := envoy.NewGRPCServer(envoy.NewService(a.current.Load), a.log, opts...)
 	healthCtx, stopHealth := context.WithCancel(ctx)
 	var following sync.WaitGroup
 	defer following.Wait()
@@ -185,21 +122,4 @@ func (a *App) setHealth(ctx context.Context, hs *health.Server, was bool) bool {
 		a.log.Info("gRPC health: SERVING again")
 	}
 	return err == nil
-}
-
-// serveAll runs serve[i] on lns[i], each in its goroutine, until ctx is
-// done or one fails, which stops the others.
-func (a *App) serveAll(ctx context.Context, lns []net.Listener, serve []func(context.Context, net.Listener) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make([]error, len(lns))
-	var wg sync.WaitGroup
-	for i := range lns {
-		wg.Go(func() {
-			errs[i] = serve[i](ctx, lns[i])
-			cancel()
-		})
-	}
-	wg.Wait()
-	return errors.Join(errs...)
 }

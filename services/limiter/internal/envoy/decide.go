@@ -15,6 +15,7 @@ import (
 	"github.com/tollgate/tollgate/pkg/limiter"
 	"github.com/tollgate/tollgate/pkg/limiter/httplimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/decide"
+	"github.com/tollgate/tollgate/services/limiter/internal/envoyrules"
 )
 
 // Decide decides every descriptor of req with dec (each is one limit; all
@@ -51,18 +52,18 @@ import (
 // cause in its chain: limiter.ErrOverloaded when this instance shed the
 // request (its decision could not be sent within the budget),
 // context.Canceled when the caller went away, the store's error else.
-func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func Decide(ctx context.Context, dec *decide.Decider, rules *envoyrules.Rules, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
 	if err := validate(req); err != nil {
 		return nil, err
 	}
-	limits := make([]*Limit, len(req.GetDescriptors()))
+	limits := make([]*envoyrules.Limit, len(req.GetDescriptors()))
 	keys := make([]limiter.Key, len(limits))
 	replaced := map[string]bool{}
 	for i, desc := range req.GetDescriptors() {
 		if desc.GetLimit() != nil {
 			var err error
 			if limits[i], keys[i], err = rules.Override(req.GetDomain(), desc); err != nil {
-				return nil, err
+				return nil, fmt.Errorf("%w: %w", ErrInvalid, err)
 			}
 		} else {
 			limits[i], keys[i] = rules.Match(req.GetDomain(), desc.GetEntries())
@@ -90,7 +91,7 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		}
 		c := decide.Check{Policy: l.Policy, Key: keys[i], Cost: int64(min(cost, math.MaxInt64))}
 		switch {
-		case l.blocked():
+		case l.Blocked():
 			c.Mode = decide.Refuse
 		case cost == 0:
 			c.Mode = decide.Read // a check without hits
@@ -102,17 +103,18 @@ func Decide(ctx context.Context, dec *decide.Decider, rules *Rules, req *rlsv3.R
 		checks = append(checks, c)
 		index = append(index, i)
 	}
-	if rules.opts.StopIncrementWhenOverLimit {
+	o := rules.Options()
+	if o.StopIncrementWhenOverLimit {
 		if err := stopIncrement(ctx, dec, checks); err != nil {
 			return nil, err
 		}
 	}
-	v, err := dec.Each(ctx, checks, rules.opts.ResponseHeaders)
+	v, err := dec.Each(ctx, checks, o.ResponseHeaders)
 	if err != nil {
 		return nil, err
 	}
-	resp := answer(limits, index, v, rules.opts)
-	if rules.opts.DynamicMetadata {
+	resp := answer(limits, index, v, o)
+	if o.DynamicMetadata {
 		resp.DynamicMetadata = dynamicMetadata(req, limits, index, v)
 	}
 	return resp, nil
@@ -197,16 +199,20 @@ func validate(req *rlsv3.RateLimitRequest) error {
 // Decide), and, with o.ResponseHeaders, the header fields
 // (RateLimit-Policy, RateLimit, plus Retry-After when the answer is over)
 // for Envoy to add to the client's response.
-func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.RateLimitResponse {
+func answer(limits []*envoyrules.Limit, index []int, v decide.Verdict, o envoyrules.Options) *rlsv3.RateLimitResponse {
 	resp := &rlsv3.RateLimitResponse{
 		OverallCode: rlsv3.RateLimitResponse_OK,
 		Statuses:    make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(limits)),
 	}
-	// One allocation holds every status, one every duration: not one each.
-	statuses := make([]rlsv3.RateLimitResponse_DescriptorStatus, len(limits))
-	durations := make([]durationpb.Duration, len(v.Results))
+	// One allocation holds every status, with its current_limit and its
+	// duration: not one each.
+	parts := make([]struct {
+		status   rlsv3.RateLimitResponse_DescriptorStatus
+		current  rlsv3.RateLimitResponse_RateLimit
+		duration durationpb.Duration
+	}, len(limits))
 	for i, l := range limits {
-		st := &statuses[i]
+		st := &parts[i].status
 		st.Code = rlsv3.RateLimitResponse_OK
 		resp.Statuses[i] = st
 		if l != nil && l.Unlimited {
@@ -214,13 +220,16 @@ func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.Ra
 		}
 	}
 	for j, r := range v.Results {
-		l := limits[index[j]]
-		st := resp.Statuses[index[j]]
-		st.CurrentLimit = l.currentLimit()
+		l, p := limits[index[j]], &parts[index[j]]
+		st := &p.status
+		// The unit enums number their common values alike (the peer
+		// converts one to the other the same way).
+		p.current.Name, p.current.RequestsPerUnit, p.current.Unit = l.Name, l.RequestsPerUnit, rlsv3.RateLimitResponse_RateLimit_Unit(l.Unit)
+		st.CurrentLimit = &p.current
 		st.LimitRemaining = uint32(min(max(r.Remaining, 0), math.MaxUint32))
 		reset := max(r.ResetAfter, 0)
-		durations[j].Seconds, durations[j].Nanos = int64(reset/time.Second), int32(reset%time.Second)
-		st.DurationUntilReset = &durations[j]
+		p.duration.Seconds, p.duration.Nanos = int64(reset/time.Second), int32(reset%time.Second)
+		st.DurationUntilReset = &p.duration
 		if r.Over && !l.Policy.Shadow { // shadows are counted and reported, never enforced
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 		}
@@ -251,7 +260,7 @@ func answer(limits []*Limit, index []int, v decide.Verdict, o Options) *rlsv3.Ra
 // least limit_remaining, unless a descriptor not in quota mode is over (the
 // last such one then); its requests_per_unit, limit_remaining and the whole
 // seconds until its window resets. None when no descriptor has a limit.
-func limitHeaders(names LimitHeaderNames, limits []*Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) []*corev3.HeaderValue {
+func limitHeaders(names envoyrules.LimitHeaderNames, limits []*envoyrules.Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) []*corev3.HeaderValue {
 	var shown *rlsv3.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for i, st := range statuses {
@@ -278,7 +287,7 @@ func limitHeaders(names LimitHeaderNames, limits []*Limit, statuses []*rlsv3.Rat
 // decides it from the descriptors' statuses: when a descriptor not in quota
 // mode is over, or when there are descriptors in quota mode (every one but
 // the unlimited with allQuota) and all of them are over.
-func overall(limits []*Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) bool {
+func overall(limits []*envoyrules.Limit, statuses []*rlsv3.RateLimitResponse_DescriptorStatus, allQuota bool) bool {
 	quotas, quotasOver := 0, 0
 	for i, l := range limits {
 		if l != nil && l.Unlimited {

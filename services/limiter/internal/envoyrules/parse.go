@@ -1,4 +1,4 @@
-package envoy
+package envoyrules
 
 import (
 	"crypto/sha256"
@@ -401,7 +401,6 @@ func (p *parser) rateLimit(m *yaml.Node, path string, names []string, shadow boo
 	// requests_per_unit left out is 0, which refuses everything, as in
 	// envoyproxy/ratelimit.
 	l.Unit, l.RequestsPerUnit = u.unit, uint32(rpu)
-	l.current = l.currentLimit()
 	l.Policy.Limit, l.Policy.Window = rpu, u.window
 	if l.Policy.Algorithm == limiter.SlidingLogUnsafe {
 		return nil, p.fail(path+".algorithm", m, "sliding_log_unsafe over-admits on purpose and never protects anything")

@@ -1,18 +1,16 @@
-// Package envoy makes Tollgate a drop-in replacement for envoyproxy/ratelimit:
-// it reads that service's YAML configuration (a folder of files, one domain
-// each), answers Envoy's rate-limit gRPC API
-// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) and lets the
-// HTTP service answer the same requests on POST /json, in protobuf's JSON
-// mapping (DecodeJSON, AppendJSON). Both transports decide through Decide,
-// whose errors are plain Go errors; only the gRPC server (grpc.go) turns
-// them into gRPC statuses.
+// Package envoyrules is the rule model of Envoy's rate-limit API: it reads
+// envoyproxy/ratelimit's YAML configuration (a folder of files, one domain
+// each, or the RateLimitConfig resources an xDS server pushes), checks and
+// bounds it, merges the files of one domain, and matches a request's
+// descriptors to their limits (Match, Override).
 //
 // Every leaf of a domain's descriptor tree that carries a rate_limit becomes
 // one limiter.Policy (fixed_window by default, as Envoy's service does; the
-// extension field rate_limit.algorithm picks any Tollgate algorithm), and
-// every decision goes through the service's limiter.Store, so memory, SQLite
-// and Redis all work, and several instances on one Redis share the counters.
-package envoy
+// extension field rate_limit.algorithm picks any Tollgate algorithm).
+//
+// It knows no transport: the configuration snapshot holds the rules, and
+// internal/envoy answers the gRPC API and POST /json with them.
+package envoyrules
 
 import (
 	"crypto/sha256"
@@ -24,7 +22,6 @@ import (
 	"strings"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
@@ -70,19 +67,38 @@ func (e *ConfigError) Error() string {
 // Unwrap makes errors.Is(err, ErrRules) true.
 func (e *ConfigError) Unwrap() error { return ErrRules }
 
-// units maps the rate_limit.unit names to Envoy's enum and a window. Month and
+// Unit is a rate_limit's unit, numbered as Envoy numbers the unit of an
+// answer's current_limit (RateLimitResponse.RateLimit.Unit) and of a
+// request's limit override (RateLimitUnit, which lacks WEEK: 7 is a week
+// there too, as envoyproxy/ratelimit reads it), so that a transport
+// converts either by a cast. The rule model imports neither message
+// package: the first comes with the gRPC server's stubs.
+type Unit int32
+
+// The units, numbered as Envoy's.
+const (
+	unitSecond Unit = 1
+	unitMinute Unit = 2
+	unitHour   Unit = 3
+	unitDay    Unit = 4
+	unitMonth  Unit = 5
+	unitYear   Unit = 6
+	unitWeek   Unit = 7
+)
+
+// units maps the rate_limit.unit names to a Unit and a window. Month and
 // year are 30 and 365 days, as envoyproxy/ratelimit counts them.
 var units = map[string]struct {
-	unit   rlsv3.RateLimitResponse_RateLimit_Unit
+	unit   Unit
 	window time.Duration
 }{
-	"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-	"minute": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-	"hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-	"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 24 * time.Hour},
-	"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 24 * time.Hour},
-	"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 24 * time.Hour},
-	"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 24 * time.Hour},
+	"second": {unitSecond, time.Second},
+	"minute": {unitMinute, time.Minute},
+	"hour":   {unitHour, time.Hour},
+	"day":    {unitDay, 24 * time.Hour},
+	"week":   {unitWeek, 7 * 24 * time.Hour},
+	"month":  {unitMonth, 30 * 24 * time.Hour},
+	"year":   {unitYear, 365 * 24 * time.Hour},
 }
 
 // unitNames lists the units from the shortest.
@@ -90,7 +106,7 @@ var unitNames = []string{"second", "minute", "hour", "day", "week", "month", "ye
 
 // unitOf returns the name and window of an Envoy unit; ok is false for
 // UNKNOWN and values outside the enum.
-func unitOf(u rlsv3.RateLimitResponse_RateLimit_Unit) (name string, window time.Duration, ok bool) {
+func unitOf(u Unit) (name string, window time.Duration, ok bool) {
 	for _, name := range unitNames {
 		if units[name].unit == u {
 			return name, units[name].window, true
@@ -119,34 +135,22 @@ type Limit struct {
 	// Limit is 0 (not a valid store policy) when RequestsPerUnit is 0.
 	Policy limiter.Policy
 	// Name is rate_limit.name, echoed in current_limit and used by replaces.
-	Name            string
-	Replaces        []string
-	Unit            rlsv3.RateLimitResponse_RateLimit_Unit
+	Name     string
+	Replaces []string
+	// Unit and RequestsPerUnit are rate_limit's.
+	Unit            Unit
 	RequestsPerUnit uint32
 	// Unlimited limits are never counted and always answer OK.
 	Unlimited bool
 	// Quota is quota_mode: over, this limit makes the request over only
-	// when every quota limit of the request is (see Decide).
+	// when every quota limit of the request is (see envoy.Decide).
 	Quota bool
 	// Metadata is the descriptor's metadata, nil when none.
 	Metadata *structpb.Struct
-
-	// current is the current_limit every answer of a configured limit
-	// shares (read only, never changed once built); nil for a request's
-	// override, whose answer builds its own.
-	current *rlsv3.RateLimitResponse_RateLimit
 }
 
-// currentLimit is the current_limit of l's answers.
-func (l *Limit) currentLimit() *rlsv3.RateLimitResponse_RateLimit {
-	if l.current != nil {
-		return l.current
-	}
-	return &rlsv3.RateLimitResponse_RateLimit{Name: l.Name, RequestsPerUnit: l.RequestsPerUnit, Unit: l.Unit}
-}
-
-// blocked reports whether the limit refuses everything (requests_per_unit 0).
-func (l *Limit) blocked() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
+// Blocked reports whether the limit refuses everything (requests_per_unit 0).
+func (l *Limit) Blocked() bool { return !l.Unlimited && l.RequestsPerUnit == 0 }
 
 // stored reports whether the limit's decisions go through the store.
 func (l *Limit) stored() bool { return !l.Unlimited && l.RequestsPerUnit > 0 }
@@ -225,7 +229,9 @@ func (lv level) clone() level {
 }
 
 // Options are the settings of the Envoy API that come with its rules: how
-// files are read and how answers are made. Each is named after the
+// files are read and how answers are made (by internal/envoy, which reads
+// them with Rules.Options). They travel with the rules so that a reload
+// changes both at once, in one snapshot. Each is named after the
 // envoyproxy/ratelimit setting it reproduces, all off by default as there.
 type Options struct {
 	// MergeDomains merges the descriptors of several files of one domain
@@ -237,17 +243,17 @@ type Options struct {
 	// response_headers_to_add (LIMIT_RESPONSE_HEADERS_ENABLED, with the
 	// IETF fields instead of the peer's RateLimit-Limit/-Remaining/-Reset).
 	ResponseHeaders bool
-	// DynamicMetadata fills the answers' dynamic_metadata (see
-	// dynamicMetadata; RESPONSE_DYNAMIC_METADATA).
+	// DynamicMetadata fills the answers' dynamic_metadata
+	// (RESPONSE_DYNAMIC_METADATA; see envoy.Decide).
 	DynamicMetadata bool
 	// StopIncrementWhenOverLimit counts none of a request's descriptors
 	// but the ones over their limit when any is
-	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see Decide).
+	// (STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT; see envoy.Decide).
 	StopIncrementWhenOverLimit bool
 	// LimitHeaders adds envoyproxy/ratelimit's own header fields
 	// (LIMIT_RESPONSE_HEADERS_ENABLED) to the answers'
 	// response_headers_to_add, named by LimitHeaderNames (see
-	// limitHeaders).
+	// envoy.Decide).
 	LimitHeaders     bool
 	LimitHeaderNames LimitHeaderNames
 	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE), as
@@ -279,6 +285,9 @@ type Rules struct {
 func NewRules(o Options) *Rules {
 	return &Rules{domains: map[string]level{}, files: map[string]string{}, names: map[string]string{}, opts: o}
 }
+
+// Options returns the options the rules were loaded with.
+func (r *Rules) Options() Options { return r.opts }
 
 // Policies returns the policy of every limit the store decides, sorted by
 // name: the service probes and prunes them.

@@ -1,4 +1,4 @@
-package envoy
+package envoyrules
 
 import (
 	"fmt"
@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/tollgate/tollgate/pkg/limiter"
 )
@@ -81,19 +80,18 @@ func writePair(b *strings.Builder, i int, key, value string) {
 // a configured fixed_window limit of the same unit on the same entries (no
 // share_threshold) counts on the same counter, as the peer's cache key
 // (domain, entries, window) is the same for both. A unit outside second to
-// year, or a limit above limiter.MaxLimit, is an error wrapping
-// ErrInvalid; 0 refuses everything, as in a file.
+// year, or a limit above limiter.MaxLimit, is an error saying so: the
+// request is wrong, which the transports answer as such; 0 refuses
+// everything, as in a file.
 func (r *Rules) Override(domain string, d *ratelimitv3.RateLimitDescriptor) (*Limit, limiter.Key, error) {
 	o := d.GetLimit()
-	// The two unit enums number their common values alike (the peer
-	// converts one to the other the same way).
-	u := rlsv3.RateLimitResponse_RateLimit_Unit(o.GetUnit())
+	u := Unit(o.GetUnit())
 	unit, window, ok := unitOf(u)
 	switch {
 	case !ok:
-		return nil, limiter.Key{}, invalid(fmt.Sprintf("the limit override's unit %v is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", o.GetUnit()))
+		return nil, limiter.Key{}, fmt.Errorf("the limit override's unit %v is not one of SECOND, MINUTE, HOUR, DAY, WEEK, MONTH, YEAR", o.GetUnit())
 	case int64(o.GetRequestsPerUnit()) > limiter.MaxLimit:
-		return nil, limiter.Key{}, invalid(fmt.Sprintf("the limit override's requests_per_unit %d is above %d", o.GetRequestsPerUnit(), int64(limiter.MaxLimit)))
+		return nil, limiter.Key{}, fmt.Errorf("the limit override's requests_per_unit %d is above %d", o.GetRequestsPerUnit(), int64(limiter.MaxLimit))
 	case r.domains[domain] == nil:
 		return nil, limiter.Key{}, nil
 	}

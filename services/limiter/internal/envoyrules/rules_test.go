@@ -1,4 +1,4 @@
-package envoy
+package envoyrules
 
 import (
 	"errors"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -17,7 +17,8 @@ import (
 )
 
 func TestFixturesBecomePolicies(t *testing.T) {
-	r := fixtures(t)
+	r, err := LoadDir(filepath.Join("testdata", "rules"), Options{})
+	require.NoError(t, err)
 	assert.Equal(t, []string{"edge", "messaging", "platform"}, r.Domains())
 	byName := map[string]limiter.Policy{}
 	for _, p := range r.Policies() {
@@ -39,20 +40,20 @@ func TestFixturesBecomePolicies(t *testing.T) {
 
 func TestUnitsMapToWholeSecondWindows(t *testing.T) {
 	for name, want := range map[string]struct {
-		unit   rlsv3.RateLimitResponse_RateLimit_Unit
+		unit   Unit
 		window time.Duration
 	}{
-		"second": {rlsv3.RateLimitResponse_RateLimit_SECOND, time.Second},
-		"MINUTE": {rlsv3.RateLimitResponse_RateLimit_MINUTE, time.Minute},
-		"Hour":   {rlsv3.RateLimitResponse_RateLimit_HOUR, time.Hour},
-		"day":    {rlsv3.RateLimitResponse_RateLimit_DAY, 86400 * time.Second},
-		"week":   {rlsv3.RateLimitResponse_RateLimit_WEEK, 7 * 86400 * time.Second},
-		"month":  {rlsv3.RateLimitResponse_RateLimit_MONTH, 30 * 86400 * time.Second},
-		"year":   {rlsv3.RateLimitResponse_RateLimit_YEAR, 365 * 86400 * time.Second},
+		"second": {unitSecond, time.Second},
+		"MINUTE": {unitMinute, time.Minute},
+		"Hour":   {unitHour, time.Hour},
+		"day":    {unitDay, 86400 * time.Second},
+		"week":   {unitWeek, 7 * 86400 * time.Second},
+		"month":  {unitMonth, 30 * 86400 * time.Second},
+		"year":   {unitYear, 365 * 86400 * time.Second},
 	} {
 		r := NewRules(Options{})
 		require.NoError(t, r.Add("u.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: "+name+", requests_per_unit: 7}\n")))
-		l, key := r.Match("d", entries("k", "v").GetEntries())
+		l, key := r.Match("d", entries("k", "v"))
 		require.NotNil(t, l, name)
 		assert.Equal(t, want.unit, l.Unit, name)
 		assert.Equal(t, want.window, l.Policy.Window, name)
@@ -65,11 +66,11 @@ func TestUnitsMapToWholeSecondWindows(t *testing.T) {
 func TestKeysAreTheEntries(t *testing.T) {
 	r := NewRules(Options{})
 	require.NoError(t, r.Add("k.yaml", []byte("domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n")))
-	_, k1 := r.Match("d", entries("a", "x&b=y", "b", "z").GetEntries())
-	_, k2 := r.Match("d", entries("a", "x", "b", "y&b=z").GetEntries())
+	_, k1 := r.Match("d", entries("a", "x&b=y", "b", "z"))
+	_, k2 := r.Match("d", entries("a", "x", "b", "y&b=z"))
 	assert.Equal(t, "a=x%26b%3Dy&b=z", k1.Subject)
 	assert.NotEqual(t, k1, k2)
-	_, long := r.Match("d", entries("a", strings.Repeat("é", 600), "b", "z").GetEntries())
+	_, long := r.Match("d", entries("a", strings.Repeat("é", 600), "b", "z"))
 	assert.True(t, strings.HasPrefix(long.Subject, "sha256:"), long.Subject)
 	require.NoError(t, long.Validate())
 }
@@ -199,7 +200,7 @@ func TestLoadDir(t *testing.T) {
 		err = r.Add("c.yaml", []byte("domain: shop\ndescriptors:\n  - key: item\n    rate_limit: {unit: second, requests_per_unit: 2}\n  - key: path\n"))
 		require.ErrorIs(t, err, ErrRules)
 		assert.Contains(t, err.Error(), `c.yaml: descriptors[1]: key "path" without value is already defined at `+filepath.Join(dir, "b.yaml")+": descriptors[0]")
-		l, _ := r.Match("shop", entries("item", "x").GetEntries())
+		l, _ := r.Match("shop", entries("item", "x"))
 		assert.Nil(t, l, "the failed file's first descriptor was not added")
 		assert.Equal(t, []string{"shop.path", "shop.user"}, policyNames(r))
 	})
@@ -226,6 +227,15 @@ func TestLoadDir(t *testing.T) {
 		require.ErrorIs(t, err, ErrRules)
 		assert.Contains(t, err.Error(), "big.yaml: larger than 4194304 bytes")
 	})
+}
+
+// entries builds a descriptor's entries from key, value pairs.
+func entries(kv ...string) []*ratelimitv3.RateLimitDescriptor_Entry {
+	var es []*ratelimitv3.RateLimitDescriptor_Entry
+	for i := 0; i+1 < len(kv); i += 2 {
+		es = append(es, &ratelimitv3.RateLimitDescriptor_Entry{Key: kv[i], Value: kv[i+1]})
+	}
+	return es
 }
 
 // policyNames lists the names of the policies that descriptors derive
@@ -270,7 +280,7 @@ func FuzzRulesAdd(f *testing.F) {
 			}
 		}
 		for _, d := range r.Domains() {
-			if l, k := r.Match(d, entries(key, value).GetEntries()); l != nil && l.stored() {
+			if l, k := r.Match(d, entries(key, value)); l != nil && l.stored() {
 				require.NoError(t, k.Validate())
 				require.True(t, seen[l.Policy.Name])
 			}
