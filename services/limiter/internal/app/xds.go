@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 
 	rlsconfv3 "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/credentials"
@@ -103,12 +105,21 @@ func clientTLSFiles(prefix, ca, cert, key string) (*tls.Config, error) {
 // NACK's detail; so is a version without any domain while rules run,
 // unless --envoy-allow-empty-reload.
 func (a *App) applyXDS(version string, resources []*anypb.Any) error {
-	rules := envoyrules.NewRules(envoyOptions(a.cfg))
+	configs := make([]*rlsconfv3.RateLimitConfig, len(resources))
 	for i, res := range resources {
-		c := &rlsconfv3.RateLimitConfig{}
-		if err := res.UnmarshalTo(c); err != nil {
+		configs[i] = &rlsconfv3.RateLimitConfig{}
+		if err := res.UnmarshalTo(configs[i]); err != nil {
 			return fmt.Errorf("resource %d: %w", i, err)
 		}
+	}
+	// By name, as the folder's files are read by file name: a management
+	// server sends a version's resources in any order (go-control-plane's
+	// is its map's), and the order decides which error a bad version is
+	// refused with and, with --envoy-merge-domain-config, the order of one
+	// domain's rules; every instance must build the same rules.
+	slices.SortStableFunc(configs, func(x, y *rlsconfv3.RateLimitConfig) int { return strings.Compare(x.GetName(), y.GetName()) })
+	rules := envoyrules.NewRules(envoyOptions(a.cfg))
+	for _, c := range configs {
 		if err := rules.AddXDS(c); err != nil {
 			return err
 		}
