@@ -14,8 +14,8 @@
 #   - the SQLite file is written in the mounted /data, and after the
 #     container is stopped (SIGTERM) and started again the counts are still
 #     there: /status shows 4 attempts and /ping answers 429;
-#   - Envoy Gateway's rate-limit Deployments run with the image in the
-#     peer's place (envoy_gateway below).
+#   - Envoy Gateway's rate-limit Deployments and the Istio example run
+#     with the image in the peer's place (peer_pods below).
 # /ping's window is made long (a YAML file mounted on /etc/tollgate) so that
 # no window starts while the container restarts, whatever the hour.
 #
@@ -172,28 +172,32 @@ hardening() {
 }
 hardening
 
-# ---- Envoy Gateway (issue #33): the image in envoyproxy/ratelimit's place ----
-# envoy_gateway: Envoy Gateway's rendered rate-limit Deployments
-# (deploy/envoygateway/testdata, from Envoy Gateway d32f282) run with this
-# image: /bin/ratelimit as the command, their env, each volume mounted with
-# -v (/certs: TLS files made by the test), their security context, host
-# network on free ports, PODMAN_FLAGS and PODMAN_RUN_FLAGS as above. Each
-# must become ready on its probes and answer ShouldRateLimit from the rules
-# that an xDS server in the test pushes, as Envoy Gateway's does. The test
-# is deploy/envoygateway's, with LIMITER_IMAGE naming the image.
-envoy_gateway() {
+# ---- Envoy Gateway and Istio (issue #33): the image in envoyproxy/ratelimit's place ----
+# peer_pods: Envoy Gateway's rendered rate-limit Deployments
+# (deploy/envoygateway/testdata, from Envoy Gateway d32f282) and the Istio
+# example's Deployment (deploy/kubernetes/istio) run with this image:
+# /bin/ratelimit as the command, their env, each volume mounted with -v
+# (/certs: TLS files made by the test; the rules ConfigMap laid out as the
+# kubelet does, its ..data swapped while the container runs), their
+# security context, host network on free ports, PODMAN_FLAGS and
+# PODMAN_RUN_FLAGS as above. Each must become ready on its probes and
+# answer ShouldRateLimit from its rules: pushed by an xDS server in the
+# test, as Envoy Gateway's does, or read from the ConfigMap, before and
+# after the swap. The tests are the deploy module's, with LIMITER_IMAGE
+# naming the image.
+peer_pods() {
 	need redis-server redis-server
-	echo "$me: Envoy Gateway's rate-limit Deployments with $image"
+	echo "$me: Envoy Gateway's rate-limit Deployments and the Istio example with $image"
 	if (cd deploy && LIMITER_IMAGE="$image" PODMAN_FLAGS="${podman_flags[*]}" PODMAN_RUN_FLAGS="${run_flags[*]}" \
-		go test -count=1 -run '^TestEnvoyGatewayDeployments$' -v ./envoygateway |
+		go test -count=1 -run '^(TestEnvoyGatewayDeployments|TestIstioExampleServesTheRules)$' -v ./envoygateway ./kubernetes/istio |
 		grep -E '^[[:space:]]*--- |_test\.go:[0-9]+:|^(ok|FAIL)'); then
-		echo "PASS Envoy Gateway's rate-limit Deployments run with the image"
+		echo "PASS Envoy Gateway's Deployments and the Istio example run with the image"
 	else
-		echo "FAIL Envoy Gateway's rate-limit Deployments run with the image"
+		echo "FAIL Envoy Gateway's Deployments or the Istio example with the image"
 		failed=1
 	fi
 }
-envoy_gateway
+peer_pods
 
 if [ "$failed" -ne 0 ]; then
 	echo "$me: FAIL; the container's log:" >&2
