@@ -24,9 +24,10 @@ import (
 //     enforcing refusals that a wait can lift (a Final refusal gives none).
 //
 // The service's decision layer, the httplimit middleware and the lab's
-// whatif replay all decide through it: the decision layer drives it step by
-// step (it does more for each policy), the others through [AllowInOrder]. The zero value is an evaluation
-// with nothing added; it is a small value that allocates nothing.
+// whatif replay all decide through it: the decision layer drives it step
+// by step (it does more for each policy), the others through
+// [AllowInOrder]. The zero value is an evaluation with nothing added; it is
+// a small value that allocates nothing.
 type Evaluation struct {
 	n       int           // outcomes added
 	refused int           // 1 + index of the first enforcing refusal; 0: none
