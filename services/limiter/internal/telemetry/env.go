@@ -51,6 +51,9 @@ func readEnv(peer *config.PeerTracing) (env, error) {
 			return e, invalid(name, v, "not grpc, http/protobuf or http/json")
 		}
 	}
+	if peer != nil {
+		e.protocol = peer.Protocol // the endpoint is checked for the protocol used
+	}
 	for _, c := range exporterChecks {
 		for _, name := range []string{otlp + c.suffix, otlp + "TRACES_" + c.suffix} {
 			if v := os.Getenv(name); v != "" {
@@ -71,7 +74,6 @@ func readEnv(peer *config.PeerTracing) (env, error) {
 		return e, err
 	}
 	if peer != nil {
-		e.protocol = peer.Protocol
 		e.sampler = sdktrace.ParentBased(sdktrace.TraceIDRatioBased(peer.SamplingRate))
 	}
 	return e, nil

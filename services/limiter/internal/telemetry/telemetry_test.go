@@ -107,3 +107,20 @@ func TestPeerTracingOverTheVariables(t *testing.T) {
 	assert.Len(t, res["service.instance.id"], 36, "a random UUID, as the peer makes one: %q", res["service.instance.id"])
 	assert.Equal(t, "prod", res["deployment.environment.name"], "OTEL_RESOURCE_ATTRIBUTES still adds what the peer does not say")
 }
+
+// The endpoint is checked for the protocol the exporter will use: the
+// peer's TRACING_EXPORTER_PROTOCOL over OTEL_EXPORTER_OTLP_PROTOCOL, so a
+// gRPC host:port is taken when the peer says grpc, and refused when the
+// peer says http though the OTEL_* variables say grpc.
+func TestEndpointCheckedForThePeersProtocol(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4317")
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+	e, err := readEnv(&config.PeerTracing{ServiceName: "RateLimit", Protocol: "grpc", SamplingRate: 1})
+	require.NoError(t, err)
+	assert.Equal(t, "grpc", e.protocol)
+
+	t.Setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+	_, err = readEnv(&config.PeerTracing{ServiceName: "RateLimit", Protocol: "http/protobuf", SamplingRate: 1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "OTEL_EXPORTER_OTLP_ENDPOINT")
+}
