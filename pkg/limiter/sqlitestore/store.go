@@ -165,18 +165,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: open: %w", err)
 	}
-	// A file that cannot be created is said with its path and why (a
-	// read-only folder, a missing one); SQLite only says "unable to open
-	// database file (14)".
-	if _, err := os.Stat(abs); errors.Is(err, fs.ErrNotExist) {
-		f, err := os.OpenFile(abs, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("sqlitestore: open: %w", err)
-		}
-		if err := errors.Join(f.Close(), os.Remove(abs)); err != nil {
-			return nil, fmt.Errorf("sqlitestore: open: %w", err)
-		}
-	}
 	s := &Store{
 		path:    abs,
 		cfg:     cfg,
@@ -186,7 +174,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	}
 	s.ops.New = func() any { return &op{done: make(chan struct{}, 1)} }
 	if err := s.open(); err != nil {
-		return nil, fmt.Errorf("sqlitestore: open: %w", errors.Join(err, s.release()))
+		return nil, fmt.Errorf("sqlitestore: open: %w", errors.Join(whyNotCreated(abs, err), s.release()))
 	}
 	// A reserve that does not fit leaves the store refusing decisions (and
 	// Ping saying why) until a prune makes room: not a reason to fail.
@@ -574,4 +562,19 @@ func (s *Store) submit(ctx context.Context, what string, o op) (result, error) {
 // unavailable marks an error that kept the store from deciding at all.
 func unavailable(err error) error {
 	return fmt.Errorf("%w: %w", limiter.ErrUnavailable, err)
+}
+
+// whyNotCreated returns err, the store's failure to open path, or, when
+// path does not exist, the system's reason it cannot be created (a
+// read-only folder, a missing one), with the path: SQLite only says
+// "unable to open database file (14)".
+func whyNotCreated(path string, err error) error {
+	if _, serr := os.Stat(path); !errors.Is(serr, fs.ErrNotExist) {
+		return err
+	}
+	f, cerr := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if cerr != nil {
+		return cerr
+	}
+	return errors.Join(err, f.Close(), os.Remove(path))
 }
