@@ -79,22 +79,29 @@ func (m Mounts) Rewrite(t testing.TB, s string) string {
 	if !strings.HasPrefix(val, "/") {
 		return s
 	}
-	keys := make([]string, 0, len(m.Paths))
-	for k := range m.Paths {
-		keys = append(keys, k)
+	host, ok := m.host(val)
+	if !ok {
+		t.Fatalf("%q names a path under no volume mount", s)
 	}
-	sort.Slice(keys, func(i, j int) bool { return len(keys[i]) > len(keys[j]) })
-	for _, k := range keys {
-		if val == k || strings.HasPrefix(val, k+"/") {
-			val = m.Paths[k] + strings.TrimPrefix(val, k)
-			if isFlag {
-				return name + "=" + val
-			}
-			return val
+	if isFlag {
+		return name + "=" + host
+	}
+	return host
+}
+
+// host returns the host path of container path p (p itself or a path
+// inside it): under the longest mount that holds it; false when none does.
+func (m Mounts) host(p string) (string, bool) {
+	best := ""
+	for k := range m.Paths {
+		if (p == k || strings.HasPrefix(p, k+"/")) && len(k) > len(best) {
+			best = k
 		}
 	}
-	t.Fatalf("%q names a path under no volume mount", s)
-	return ""
+	if best == "" {
+		return "", false
+	}
+	return m.Paths[best] + strings.TrimPrefix(p, best), true
 }
 
 // Mount lays out every volume c mounts the kubelet's way and maps c's
@@ -127,12 +134,8 @@ func (p *Pod) Mount(t testing.TB, spec corev1.PodSpec, c corev1.Container, claim
 		dir, ok := laid[vm.Name]
 		if !ok {
 			dir = filepath.Join(p.Root, "volumes", vm.Name)
-			if vm.SubPath == "" && vm.MountPath != "/data" {
-				for parent, host := range m.Paths {
-					if strings.HasPrefix(vm.MountPath, parent+"/") {
-						dir = filepath.Join(host, strings.TrimPrefix(vm.MountPath, parent))
-					}
-				}
+			if host, inside := m.host(vm.MountPath); inside && vm.SubPath == "" && vm.MountPath != "/data" {
+				dir = host
 			}
 			p.layOut(t, v, dir)
 			laid[vm.Name] = dir
