@@ -46,8 +46,8 @@ func clientHello(t *testing.T) []byte {
 
 // stallHandshakes opens n connections to addr from the loopback address
 // from, none of which finishes its TLS handshake: a third send nothing, a
-// third half a ClientHello, a third a whole one and then nothing. They
-// are closed when the test ends.
+// third half of hello, a third all of it and then nothing. They are
+// closed when the test ends.
 func stallHandshakes(t *testing.T, addr, from string, n int, hello []byte) []net.Conn {
 	t.Helper()
 	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 10 * time.Second}
@@ -79,8 +79,10 @@ func fromAddr(ip string) *net.Dialer {
 // fifth address still gets /healthz and a gRPC decision, the open
 // connections stay within the bound, and the server's goroutines grow with
 // the bound, not with the flood. Over TLS the stalled connections send
-// nothing, half a ClientHello or a whole one; in plain TCP nothing or half
-// the HTTP/2 preface.
+// nothing, half a ClientHello or a whole one; in plain TCP nothing, half
+// the HTTP/2 preface, or all of it but its last byte (a whole preface
+// settles a gRPC connection: it is then an open HTTP/2 connection, closed
+// once idle for --idle-timeout, no longer a stalled handshake).
 func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 	const maxConns, each = 48, 60
 	for _, overTLS := range []bool{true, false} {
@@ -88,7 +90,7 @@ func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 			args := []string{"--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json", "--envoy-config", envoyRules,
 				"--max-conns=48", "--max-conns-per-client=12", "--read-header-timeout=1m", "--read-timeout=1m", "--write-timeout=1m"}
 			ca := tlstest.NewCA(t, "ca")
-			scheme, httpTLS, grpcCreds, hello := "http", (*tls.Config)(nil), insecure.NewCredentials(), []byte(http2.ClientPreface)
+			scheme, httpTLS, grpcCreds, hello := "http", (*tls.Config)(nil), insecure.NewCredentials(), []byte(http2.ClientPreface[:len(http2.ClientPreface)-1])
 			if overTLS {
 				files := tlstest.Files(t, ca.Server(t, "server"), nil)
 				args = append(args, "--tls-cert", files.Cert, "--tls-key", files.Key)
@@ -121,9 +123,13 @@ func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 			if assert.NoError(t, err, "a gRPC decision from a fifth address during the flood") {
 				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
 			}
-			grown := runtime.NumGoroutine() - before
-			t.Logf("goroutines: %d before the flood, %d more during it (%d connections per listener, bound %d)", before, grown, 4*each, maxConns)
-			assert.Less(t, grown, 2*maxConns+32, "goroutines grow with the bound, not the flood")
+			// The connections reclaimed from the flood are closed, but their
+			// goroutines end in their own time; the stalled ones admitted
+			// hold theirs for the minute of the handshake deadline.
+			grown := func() int { return runtime.NumGoroutine() - before }
+			assert.Eventually(t, func() bool { return grown() < 2*maxConns+32 }, 30*time.Second, 10*time.Millisecond,
+				"goroutines grow with the bound, not the flood")
+			t.Logf("goroutines: %d before the flood, %d more after it (%d connections per listener, bound %d)", before, grown(), 4*each, maxConns)
 
 			resp, err = good.Get(scheme + "://" + l.Addr + "/metrics")
 			require.NoError(t, err)
