@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -150,11 +153,9 @@ func BenchmarkTracingCost(b *testing.B) {
 	}
 }
 
-// BenchmarkTracingCostGRPC is BenchmarkTracingCost's gRPC twin: one
-// ShouldRateLimit of one descriptor through a real gRPC client and the
-// app's gRPC server on a loopback port (the network is counted, the same
-// in every run), on the memory store, in the tracingRuns.
-func BenchmarkTracingCostGRPC(b *testing.B) {
+// benchRules returns a folder of Envoy rules for the gRPC benchmarks: one
+// descriptor of the bench domain, a limit never reached.
+func benchRules(b *testing.B) string {
 	rules := b.TempDir()
 	if err := os.WriteFile(filepath.Join(rules, "bench.yaml"), []byte(`domain: bench
 descriptors:
@@ -163,15 +164,30 @@ descriptors:
 `), 0o600); err != nil {
 		b.Fatal(err)
 	}
+	return rules
+}
+
+// benchRequests are 1024 requests of the bench domain, a customer each.
+func benchRequests() []*rlsv3.RateLimitRequest {
+	reqs := make([]*rlsv3.RateLimitRequest, 1024)
+	for i := range reqs {
+		reqs[i] = request(fmt.Sprintf("c-%d", i))
+		reqs[i].Domain = "bench"
+	}
+	return reqs
+}
+
+// BenchmarkTracingCostGRPC is BenchmarkTracingCost's gRPC twin: one
+// ShouldRateLimit of one descriptor through a real gRPC client and the
+// app's gRPC server on a loopback port (the network is counted, the same
+// in every run), on the memory store, in the tracingRuns.
+func BenchmarkTracingCostGRPC(b *testing.B) {
+	rules := benchRules(b)
 	for _, run := range tracingRuns {
 		b.Run(run.name, func(b *testing.B) {
 			a := benchApp(b, append(tracingArgs(b, run.sampled), "--store=memory", "--envoy-config", rules, "--grpc-addr=127.0.0.1:0")...)
 			client := rlsv3.NewRateLimitServiceClient(grpcClient(b, a))
-			reqs := make([]*rlsv3.RateLimitRequest, 1024)
-			for i := range reqs {
-				reqs[i] = request(fmt.Sprintf("c-%d", i))
-				reqs[i].Domain = "bench"
-			}
+			reqs := benchRequests()
 			b.ReportAllocs()
 			n := 0
 			for b.Loop() {
@@ -186,5 +202,51 @@ descriptors:
 			}
 			b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "decisions/s")
 		})
+	}
+}
+
+// BenchmarkGRPCConnBounds measures ShouldRateLimit through a real gRPC
+// client and the app's gRPC server on a loopback port, the listener raw
+// and bounded as the service bounds it (connlimit, --max-conns), from one
+// caller and from 64 at once on the client's one connection: the bounds'
+// cost per call. Compare decisions/s and allocs/op in one run.
+func BenchmarkGRPCConnBounds(b *testing.B) {
+	rules := benchRules(b)
+	for _, bounded := range []bool{false, true} {
+		for _, callers := range []int{1, 64} {
+			name := fmt.Sprintf("%s/callers%d", map[bool]string{false: "raw", true: "bounded"}[bounded], callers)
+			b.Run(name, func(b *testing.B) {
+				a := benchApp(b, "--store=memory", "--envoy-config", rules, "--grpc-addr=127.0.0.1:0")
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				if err != nil {
+					b.Fatal(err)
+				}
+				if bounded {
+					ln = a.bound([]string{listenerGRPC}, []net.Listener{ln})[0]
+				}
+				client := rlsv3.NewRateLimitServiceClient(grpcClientOn(b, a, ln))
+				reqs := benchRequests()
+				var n atomic.Int64
+				call := func() bool {
+					_, err := client.ShouldRateLimit(context.Background(), reqs[int(n.Add(1))%len(reqs)])
+					if err != nil {
+						b.Error(err)
+					}
+					return err == nil
+				}
+				b.ReportAllocs()
+				if callers == 1 {
+					for b.Loop() && call() {
+					}
+				} else {
+					b.SetParallelism(callers / runtime.GOMAXPROCS(0))
+					b.RunParallel(func(pb *testing.PB) {
+						for pb.Next() && call() {
+						}
+					})
+				}
+				b.ReportMetric(float64(n.Load())/b.Elapsed().Seconds(), "decisions/s")
+			})
+		}
 	}
 }

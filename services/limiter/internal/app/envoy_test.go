@@ -42,6 +42,13 @@ func grpcClient(t testing.TB, a *App) *grpc.ClientConn {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
+	return grpcClientOn(t, a, ln)
+}
+
+// grpcClientOn serves a's gRPC API on ln until the test ends and returns a
+// connection to it.
+func grpcClientOn(t testing.TB, a *App, ln net.Listener) *grpc.ClientConn {
+	t.Helper()
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.ServeGRPC(ctx, ln) }()
