@@ -43,8 +43,8 @@ func connBounds(cfg config.Config, n int) (perListener, perClient int) {
 // bound wraps each listener, named in names, with cfg's connection bounds.
 // Addresses in the trusted proxies (the process's: a reload does not
 // change them) are bounded by the listener's total only. The gRPC
-// listener's connections stay reclaimable until their handshake settles
-// (see grpcCreds).
+// listener's connections are reclaimable but while a call is in flight on
+// them (see keepBusy).
 func (a *App) bound(names []string, lns []net.Listener) []net.Listener {
 	perListener, perClient := connBounds(a.cfg, len(lns))
 	out := make([]net.Listener, len(lns))
@@ -52,7 +52,7 @@ func (a *App) bound(names []string, lns []net.Listener) []net.Listener {
 		out[i] = connlimit.Wrap(ln, connlimit.Options{
 			Max: perListener, PerClient: perClient, IPv6Prefix: a.cfg.IPv6Prefix,
 			Exempt:           func(ip netip.Addr) bool { return a.current.Load().Identity.ClientRules().AddrTrusted(ip) },
-			IdleUntilSettled: names[i] == listenerGRPC,
+			IdleBetweenCalls: names[i] == listenerGRPC,
 		})
 	}
 	return out
@@ -71,7 +71,7 @@ var (
 	connOpenDesc = prometheus.NewDesc("tollgate_connections_open",
 		"Connections open on a listener; bounded by --max-conns.", []string{"listener"}, nil)
 	connIdleDesc = prometheus.NewDesc("tollgate_connections_idle",
-		"Connections open on a listener and idle (silent since accepted, a gRPC one until its handshake and HTTP/2 preface are done, or HTTP between keep-alive requests): reclaimed first when slots run short.", []string{"listener"}, nil)
+		"Connections open on a listener and idle (silent since accepted, HTTP between keep-alive requests, or gRPC with no call in flight): reclaimed first when slots run short.", []string{"listener"}, nil)
 	connRefusedDesc = prometheus.NewDesc("tollgate_connections_refused_total",
 		"Connections closed on arrival: over --max-conns-per-client, or over --max-conns with nothing idle to reclaim.", []string{"listener"}, nil)
 	connReclaimedDesc = prometheus.NewDesc("tollgate_connections_reclaimed_total",

@@ -38,7 +38,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	if a.grpcTLS != nil {
 		creds = grpcCreds{credentials.NewTLS(a.grpcTLS.Config()), a.handshakeErrors.WithLabelValues(listenerGRPC)}
 	}
-	opts := append(grpcOptions(a.cfg), grpc.Creds(creds))
+	opts := append(grpcOptions(a.cfg, ln), grpc.Creds(creds))
 	if a.tracing != nil {
 		opts = append(opts, a.tracing.GRPC())
 	}

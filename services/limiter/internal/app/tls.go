@@ -7,11 +7,9 @@ import (
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"golang.org/x/net/http2"
 	"google.golang.org/grpc/credentials"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/config"
-	"github.com/tollgate/tollgate/services/limiter/internal/connlimit"
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles"
 )
 
@@ -142,11 +140,7 @@ func (w httpErrorLog) Write(p []byte) (int, error) {
 }
 
 // grpcCreds are a gRPC server's transport credentials (TLS, or none)
-// counting the failed handshakes in handshakeErrors (nil: none counted),
-// and settling each connection (connlimit.Settle) once its handshake is
-// done and the client's HTTP/2 preface has arrived: until then a bounded
-// listener may reclaim it for another client, as it does an HTTP
-// connection that has not sent its request.
+// counting the failed handshakes in handshakeErrors (nil: none counted).
 type grpcCreds struct {
 	credentials.TransportCredentials
 	handshakeErrors prometheus.Counter
@@ -154,30 +148,8 @@ type grpcCreds struct {
 
 func (c grpcCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	conn, info, err := c.TransportCredentials.ServerHandshake(raw)
-	if err != nil {
-		if c.handshakeErrors != nil {
-			c.handshakeErrors.Inc()
-		}
-		return nil, nil, err
+	if err != nil && c.handshakeErrors != nil {
+		c.handshakeErrors.Inc()
 	}
-	return &settleOnPreface{Conn: conn, raw: raw}, info, nil
-}
-
-// settleOnPreface settles raw once the client preface has been read from
-// the connection made on it. gRPC reads a connection from one goroutine
-// at a time.
-type settleOnPreface struct {
-	net.Conn
-	raw  net.Conn
-	read int // bytes read, up to the preface's length
-}
-
-func (c *settleOnPreface) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if c.read < len(http2.ClientPreface) {
-		if c.read += n; c.read >= len(http2.ClientPreface) {
-			connlimit.Settle(c.raw)
-		}
-	}
-	return n, err
+	return conn, info, err
 }

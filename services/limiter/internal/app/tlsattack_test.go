@@ -18,8 +18,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
@@ -72,6 +75,19 @@ func fromAddr(ip string) *net.Dialer {
 	return &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 10 * time.Second}
 }
 
+// grpcFrom is a client of addr whose connections come from the loopback
+// address from; it is closed when the test ends.
+func grpcFrom(t *testing.T, addr, from string, creds credentials.TransportCredentials) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return fromAddr(from).DialContext(ctx, "tcp", addr)
+		}))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return conn
+}
+
 // TestStalledHandshakesAreBoundedAndGoodClientsServed: four addresses open
 // 60 connections each to the HTTP and the gRPC listener (bounded to 48
 // connections, 12 per client), none finishing its handshake, and hold them
@@ -111,15 +127,9 @@ func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 				_ = resp.Body.Close()
 				assert.Equal(t, http.StatusOK, resp.StatusCode)
 			}
-			conn, err := grpc.NewClient(l.GRPCAddr, grpc.WithTransportCredentials(grpcCreds),
-				grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
-					return fromAddr("127.0.0.9").DialContext(ctx, "tcp", addr)
-				}))
-			require.NoError(t, err)
-			defer conn.Close()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
 			defer cancel()
-			answer, err := rlsv3.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, request("flood"))
+			answer, err := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.9", grpcCreds)).ShouldRateLimit(ctx, request("flood"))
 			if assert.NoError(t, err, "a gRPC decision from a fifth address during the flood") {
 				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
 			}
@@ -140,6 +150,113 @@ func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 				turnedAway := samples[`tollgate_connections_refused_total{listener="`+listener+`"}`] + samples[`tollgate_connections_reclaimed_total{listener="`+listener+`"}`]
 				assert.Positive(t, turnedAway, listener+": connections turned away or reclaimed")
 			}
+		})
+	}
+}
+
+// openHTTP2 opens a plain connection to addr from the loopback address
+// from and finishes its HTTP/2 handshake, the client preface and SETTINGS,
+// waiting for the server's acknowledgement, then sends nothing more: an
+// open gRPC connection with no call, as a client between calls holds one.
+// It is closed when the test ends.
+func openHTTP2(t *testing.T, addr, from string) {
+	t.Helper()
+	c, err := fromAddr(from).Dial("tcp", addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second))) // a hang guard
+	_, err = io.WriteString(c, http2.ClientPreface)
+	require.NoError(t, err)
+	fr := http2.NewFramer(c, c)
+	require.NoError(t, fr.WriteSettings())
+	for {
+		f, err := fr.ReadFrame()
+		require.NoError(t, err, "the server's acknowledgement of SETTINGS")
+		if sf, ok := f.(*http2.SettingsFrame); ok && sf.IsAck() {
+			return
+		}
+	}
+}
+
+// TestOpenGRPCConnectionsWithoutCallsAreReclaimed: four addresses fill the
+// gRPC listener's 48 slots (12 each) with connections whose HTTP/2
+// handshake is done but which make no call, and hold them (the idle
+// timeout is a minute here): a fifth address still gets a decision, one of
+// them being reclaimed for it, as an HTTP keep-alive between requests is.
+func TestOpenGRPCConnectionsWithoutCallsAreReclaimed(t *testing.T) {
+	l, _, stop := runLogged(t, load(t, "--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json",
+		"--envoy-config", envoyRules, "--max-conns=48", "--max-conns-per-client=12", "--idle-timeout=1m"))
+	t.Cleanup(func() { assert.NoError(t, stop()) })
+	for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
+		for range 12 {
+			openHTTP2(t, l.GRPCAddr, from)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+	defer cancel()
+	answer, err := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.9", insecure.NewCredentials())).ShouldRateLimit(ctx, request("held"))
+	if assert.NoError(t, err, "a gRPC decision from a fifth address, the slots held by connections with no call") {
+		assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
+	}
+
+	resp, err := http.Get("http://" + l.Addr + "/metrics")
+	require.NoError(t, err)
+	samples := samplesOf(t, resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, float64(48), samples[`tollgate_connections_open{listener="grpc_addr"}`])
+	assert.Equal(t, float64(1), samples[`tollgate_connections_reclaimed_total{listener="grpc_addr"}`])
+	assert.Zero(t, samples[`tollgate_connections_refused_total{listener="grpc_addr"}`])
+}
+
+// TestACallInFlightKeepsItsConnection: with one slot on the gRPC listener,
+// held by a connection carrying a health Watch, a newcomer from another
+// address is refused, over TLS and in plain TCP; once the Watch ends, the
+// connection is idle and the newcomer's next call reclaims it.
+func TestACallInFlightKeepsItsConnection(t *testing.T) {
+	for _, overTLS := range []bool{true, false} {
+		t.Run(map[bool]string{true: "tls", false: "plain"}[overTLS], func(t *testing.T) {
+			args := []string{"--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json", "--envoy-config", envoyRules,
+				"--max-conns=1", "--max-conns-per-client=1"}
+			scheme, httpTLS, creds := "http", (*tls.Config)(nil), insecure.NewCredentials()
+			if overTLS {
+				ca := tlstest.NewCA(t, "ca")
+				files := tlstest.Files(t, ca.Server(t, "server"), nil)
+				args = append(args, "--tls-cert", files.Cert, "--tls-key", files.Key)
+				scheme, httpTLS, creds = "https", clientTLS(ca, nil), credentials.NewTLS(clientTLS(ca, nil))
+			}
+			l, _, stop := runLogged(t, load(t, args...))
+			t.Cleanup(func() { assert.NoError(t, stop()) })
+			grpcSample := func(name string) float64 {
+				t.Helper()
+				c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: httpTLS, DisableKeepAlives: true}}
+				resp, err := c.Get(scheme + "://" + l.Addr + "/metrics")
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				return samplesOf(t, resp.Body)[name+`{listener="grpc_addr"}`]
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+			defer cancel()
+
+			watchCtx, endWatch := context.WithCancel(ctx)
+			watch, err := healthpb.NewHealthClient(grpcFrom(t, l.GRPCAddr, "127.0.0.2", creds)).Watch(watchCtx, &healthpb.HealthCheckRequest{})
+			require.NoError(t, err)
+			_, err = watch.Recv() // the call is in flight on the server
+			require.NoError(t, err)
+			newcomer := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.3", creds))
+			_, err = newcomer.ShouldRateLimit(ctx, request("newcomer"))
+			assert.Equal(t, codes.Unavailable, status.Code(err), "the only slot carries a call: the newcomer is refused (%v)", err)
+			assert.Equal(t, float64(1), grpcSample("tollgate_connections_refused_total"))
+			assert.Zero(t, grpcSample("tollgate_connections_idle"))
+
+			endWatch()
+			// The server sees the call end in its own time.
+			require.Eventually(t, func() bool { return grpcSample("tollgate_connections_idle") == 1 }, 20*time.Second, 10*time.Millisecond,
+				"the Watch ended, its connection is idle")
+			answer, err := newcomer.ShouldRateLimit(ctx, request("newcomer"), grpc.WaitForReady(true))
+			if assert.NoError(t, err) {
+				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
+			}
+			assert.Equal(t, float64(1), grpcSample("tollgate_connections_reclaimed_total"))
 		})
 	}
 }

@@ -7,8 +7,8 @@
 // When a new connection finds no slot, an idle one is reclaimed for it
 // rather than the new one refused: a connection the HTTP server reports idle
 // (accepted but silent, or a keep-alive between requests; see TrackState),
-// or one whose handshake has not settled (see Options.IdleUntilSettled),
-// is closed, taken from the client holding the most connections, never
+// or a gRPC one with no call in flight (see Options.IdleBetweenCalls), is
+// closed, taken from the client holding the most connections, never
 // from a client holding no more than the newcomer. A client at its own
 // share may likewise swap one of its idle connections for the new one.
 // Only when nothing can be reclaimed is the new connection closed as soon
@@ -44,12 +44,13 @@ type Options struct {
 	// trusted proxy); nil exempts none. It is called once per accepted
 	// connection and must be safe for concurrent use.
 	Exempt func(netip.Addr) bool
-	// IdleUntilSettled hands every connection out idle, and so
-	// reclaimable, until Settle is called on it: for a server without
-	// TrackState (gRPC), whose connections would otherwise be busy from
-	// the first byte, so that ones stalled in their handshake could hold
-	// every slot until their deadline.
-	IdleUntilSettled bool
+	// IdleBetweenCalls hands every connection out idle, and so
+	// reclaimable, and keeps it so but while a call is in flight on it
+	// (see BeginCall): for a server without TrackState that multiplexes
+	// calls on a connection (gRPC), whose connections would otherwise be
+	// busy from the first byte, so that ones stalled in their handshake,
+	// or open with no call, could hold every slot until their deadline.
+	IdleBetweenCalls bool
 }
 
 // Listener is a net.Listener whose Accept hands out connections within its
@@ -59,9 +60,10 @@ type Listener struct {
 	opts Options
 	keys *httplimit.Clients // keys client addresses
 
-	mu      sync.Mutex
+	mu      sync.RWMutex
 	open    int
 	clients map[string]*client
+	byAddrs map[addrs]*conn // with IdleBetweenCalls: for BeginCall
 
 	refused, reclaimed atomic.Uint64
 }
@@ -78,7 +80,7 @@ func Wrap(ln net.Listener, o Options) *Listener {
 	if err != nil { // a prefix out of range
 		keys, _ = httplimit.NewClients() // the defaults are valid
 	}
-	return &Listener{Listener: ln, opts: o, keys: keys, clients: map[string]*client{}}
+	return &Listener{Listener: ln, opts: o, keys: keys, clients: map[string]*client{}, byAddrs: map[addrs]*conn{}}
 }
 
 // Accept returns the next connection within the bounds, reclaiming an idle
@@ -93,8 +95,10 @@ func (l *Listener) Accept() (net.Conn, error) {
 		key, ip := l.clientOf(c.RemoteAddr())
 		exempt := l.opts.Exempt != nil && ip.IsValid() && l.opts.Exempt(ip)
 		nc := &conn{Conn: c, l: l, key: key}
-		if l.opts.IdleUntilSettled {
+		if l.opts.IdleBetweenCalls {
 			nc.state.Store(stateIdle)
+			nc.addrs, nc.indexed = addrsOf(c.LocalAddr(), c.RemoteAddr())
+			nc.end = nc.endCall
 		}
 		admitted, victim := l.take(nc, exempt)
 		if victim != nil {
@@ -119,15 +123,15 @@ func (l *Listener) Reclaimed() uint64 { return l.reclaimed.Load() }
 
 // Open returns how many connections handed out are still open.
 func (l *Listener) Open() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	return l.open
 }
 
 // Idle returns how many connections handed out are idle (see TrackState).
 func (l *Listener) Idle() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+	l.mu.RLock()
+	defer l.mu.RUnlock()
 	n := 0
 	for _, cl := range l.clients {
 		for c := range cl.conns {
@@ -166,6 +170,9 @@ func (l *Listener) take(nc *conn, exempt bool) (admitted bool, victim *conn) {
 	l.open++
 	cl.conns[nc] = struct{}{}
 	l.clients[nc.key] = cl
+	if nc.indexed {
+		l.byAddrs[nc.addrs] = nc
+	}
 	return true, victim
 }
 
@@ -214,6 +221,9 @@ func (l *Listener) forget(c *conn) {
 	if len(cl.conns) == 0 {
 		delete(l.clients, c.key)
 	}
+	if c.indexed && l.byAddrs[c.addrs] == c { // a later connection may have the same ends
+		delete(l.byAddrs, c.addrs)
+	}
 }
 
 // clientOf names the client of a connection: its address as a rate-limit
@@ -234,7 +244,7 @@ func (l *Listener) clientOf(a net.Addr) (string, netip.Addr) {
 // back.
 const (
 	stateBusy   int32 = iota // serving, or not tracked (not HTTP)
-	stateIdle                // accepted and silent (or not settled), or between two requests
+	stateIdle                // accepted and silent, or between two requests (or calls)
 	stateClosed              // its slot given back
 )
 
@@ -244,6 +254,14 @@ type conn struct {
 	l     *Listener
 	key   string
 	state atomic.Int32
+
+	// With IdleBetweenCalls: its addresses, when they are TCP ones, and
+	// the calls in flight on it.
+	addrs   addrs
+	indexed bool
+	end     func() // endCall, made once
+	callMu  sync.Mutex
+	calls   int
 }
 
 func (c *conn) Close() error {
@@ -257,6 +275,19 @@ func (c *conn) Close() error {
 		}
 	}
 	return err
+}
+
+// addrs are a TCP connection's two ends, which name it on a listener.
+type addrs struct{ local, remote netip.AddrPort }
+
+// addrsOf returns the ends of a TCP connection; false for another kind.
+func addrsOf(local, remote net.Addr) (addrs, bool) {
+	lt, ok1 := local.(*net.TCPAddr)
+	rt, ok2 := remote.(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return addrs{}, false
+	}
+	return addrs{lt.AddrPort(), rt.AddrPort()}, true
 }
 
 // TrackState is an http.Server ConnState hook that tells a Listener which
@@ -277,13 +308,37 @@ func TrackState(nc net.Conn, s http.ConnState) {
 	}
 }
 
-// Settle marks a connection of a Listener with IdleUntilSettled busy,
-// never to be reclaimed: its handshake is done. Other connections are
-// left alone; a connection wrapped by crypto/tls is unwrapped.
-func Settle(nc net.Conn) {
-	if c := of(nc); c != nil {
-		c.state.CompareAndSwap(stateIdle, stateBusy)
+// BeginCall marks the connection of l between local and remote (a server's
+// peer addresses) busy, so not to be reclaimed, until the end it returns is
+// called and no other call is in flight on it. With no such connection, or
+// without IdleBetweenCalls, it returns nil.
+func (l *Listener) BeginCall(local, remote net.Addr) (end func()) {
+	a, ok := addrsOf(local, remote)
+	if !ok {
+		return nil
 	}
+	l.mu.RLock()
+	c := l.byAddrs[a]
+	l.mu.RUnlock()
+	if c == nil {
+		return nil
+	}
+	c.callMu.Lock()
+	if c.calls++; c.calls == 1 {
+		c.state.CompareAndSwap(stateIdle, stateBusy) // fails once reclaimed or closed: the call dies with it
+	}
+	c.callMu.Unlock()
+	return c.end
+}
+
+// endCall ends a call begun on c: it is idle again, and reclaimable, once no
+// other call is in flight on it.
+func (c *conn) endCall() {
+	c.callMu.Lock()
+	if c.calls--; c.calls == 0 {
+		c.state.CompareAndSwap(stateBusy, stateIdle)
+	}
+	c.callMu.Unlock()
 }
 
 // of returns the Listener's connection nc is or wraps with crypto/tls;

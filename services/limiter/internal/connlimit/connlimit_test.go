@@ -362,34 +362,82 @@ func TestBoundsHoldUnderConcurrentDials(t *testing.T) {
 	assert.Zero(t, l.Open())
 }
 
-// TestUnsettledConnectionsAreReclaimed: with IdleUntilSettled a connection
-// is reclaimable from its arrival until Settle: one from a client holding
-// two gives way to another client's, a settled one never does.
-func TestUnsettledConnectionsAreReclaimed(t *testing.T) {
+// TestConnectionsWithoutCallsAreReclaimed: with IdleBetweenCalls a
+// connection is reclaimable from its arrival on, but while a call is in
+// flight on it: one with no call, from a client holding two, gives way to
+// another client's; one with a call never does, until its last call ends.
+func TestConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l := connlimit.Wrap(ln, connlimit.Options{Max: 2, IdleUntilSettled: true})
+	l := connlimit.Wrap(ln, connlimit.Options{Max: 2, IdleBetweenCalls: true})
 	addr := ln.Addr().String()
 	accepted := acceptInto(t, l)
 	dialFrom(t, "127.0.0.2", addr)
-	settled := <-accepted
-	connlimit.Settle(settled)
+	calling := <-accepted
+	endFirst, endSecond := l.BeginCall(calling.LocalAddr(), calling.RemoteAddr()), l.BeginCall(calling.LocalAddr(), calling.RemoteAddr())
+	endFirst()
 	dialFrom(t, "127.0.0.2", addr)
-	unsettled := <-accepted
-	assert.Equal(t, 1, l.Idle(), "the unsettled one is idle")
+	silent := <-accepted
+	assert.Equal(t, 1, l.Idle(), "the one with no call is idle; the other still has one in flight")
 
 	dialFrom(t, "127.0.0.3", addr)
 	newcomer := <-accepted
-	assert.Equal(t, uint64(1), l.Reclaimed(), "the unsettled connection gave way")
-	_, err = unsettled.Read(make([]byte, 1))
-	assert.ErrorIs(t, err, net.ErrClosed, "the unsettled connection is closed")
-	connlimit.Settle(newcomer)
+	assert.Equal(t, uint64(1), l.Reclaimed(), "the connection with no call gave way")
+	_, err = silent.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, net.ErrClosed, "the connection with no call is closed")
+	assert.Nil(t, l.BeginCall(silent.LocalAddr(), silent.RemoteAddr()), "a reclaimed connection's ends name none")
+	endNewcomers := l.BeginCall(newcomer.LocalAddr(), newcomer.RemoteAddr())
 	assert.Zero(t, l.Idle())
 
 	c := dialFrom(t, "127.0.0.4", addr)
-	assert.False(t, admitted(t, c), "nothing left to reclaim: settled connections stay")
+	assert.False(t, admitted(t, c), "nothing left to reclaim: connections with a call in flight stay")
 	assert.Equal(t, uint64(1), l.Refused())
 	assert.Equal(t, 2, l.Open())
-	settled.Close()
-	newcomer.Close()
+
+	endSecond()
+	assert.Equal(t, 1, l.Idle(), "its last call ended, the first connection is idle again")
+	dialFrom(t, "127.0.0.5", addr)
+	<-accepted
+	assert.Equal(t, uint64(2), l.Reclaimed(), "and gives way in its turn")
+	_, err = calling.Read(make([]byte, 1))
+	assert.ErrorIs(t, err, net.ErrClosed)
+	endNewcomers()
+	assert.Equal(t, 2, l.Open())
+	assert.Equal(t, 2, l.Idle())
+}
+
+// TestACallInFlightIsNeverReclaimed: while one call stays in flight on the
+// only slot's connection, eight goroutines begin and end 500 calls each on
+// it and twenty newcomers arrive: every newcomer is refused and nothing is
+// reclaimed; once the held call ends, the next newcomer reclaims it.
+func TestACallInFlightIsNeverReclaimed(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := connlimit.Wrap(ln, connlimit.Options{Max: 1, IdleBetweenCalls: true})
+	addr := ln.Addr().String()
+	accepted := acceptInto(t, l)
+	dialFrom(t, "127.0.0.2", addr)
+	c := <-accepted
+	endHeld := l.BeginCall(c.LocalAddr(), c.RemoteAddr())
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 500 {
+				l.BeginCall(c.LocalAddr(), c.RemoteAddr())()
+			}
+		})
+	}
+	for i := range 20 {
+		assert.False(t, admitted(t, dialFrom(t, "127.0.0.3", addr)), "newcomer %d", i)
+	}
+	wg.Wait()
+	assert.Equal(t, uint64(20), l.Refused())
+	assert.Zero(t, l.Reclaimed())
+	assert.Zero(t, l.Idle())
+
+	endHeld()
+	assert.Equal(t, 1, l.Idle())
+	dialFrom(t, "127.0.0.3", addr)
+	<-accepted
+	assert.Equal(t, uint64(1), l.Reclaimed())
 }
