@@ -362,16 +362,21 @@ func TestBoundsHoldUnderConcurrentDials(t *testing.T) {
 	assert.Zero(t, l.Open())
 }
 
+// betweenCalls returns a listener bounded to slots connections, with
+// IdleBetweenCalls, its address, and the connections it accepts.
+func betweenCalls(t *testing.T, slots int) (*connlimit.Listener, string, <-chan net.Conn) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := connlimit.Wrap(ln, connlimit.Options{Max: slots, IdleBetweenCalls: true})
+	return l, ln.Addr().String(), acceptInto(t, l)
+}
+
 // TestConnectionsWithoutCallsAreReclaimed: with IdleBetweenCalls a
 // connection is reclaimable from its arrival on, but while a call is in
 // flight on it: one with no call, from a client holding two, gives way to
 // another client's; one with a call never does, until its last call ends.
 func TestConnectionsWithoutCallsAreReclaimed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := connlimit.Wrap(ln, connlimit.Options{Max: 2, IdleBetweenCalls: true})
-	addr := ln.Addr().String()
-	accepted := acceptInto(t, l)
+	l, addr, accepted := betweenCalls(t, 2)
 	dialFrom(t, "127.0.0.2", addr)
 	calling := <-accepted
 	endFirst, endSecond := l.BeginCall(calling.LocalAddr(), calling.RemoteAddr()), l.BeginCall(calling.LocalAddr(), calling.RemoteAddr())
@@ -383,7 +388,7 @@ func TestConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 	dialFrom(t, "127.0.0.3", addr)
 	newcomer := <-accepted
 	assert.Equal(t, uint64(1), l.Reclaimed(), "the connection with no call gave way")
-	_, err = silent.Read(make([]byte, 1))
+	_, err := silent.Read(make([]byte, 1))
 	assert.ErrorIs(t, err, net.ErrClosed, "the connection with no call is closed")
 	assert.Nil(t, l.BeginCall(silent.LocalAddr(), silent.RemoteAddr()), "a reclaimed connection's ends name none")
 	endNewcomers := l.BeginCall(newcomer.LocalAddr(), newcomer.RemoteAddr())
@@ -411,11 +416,7 @@ func TestConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 // it and twenty newcomers arrive: every newcomer is refused and nothing is
 // reclaimed; once the held call ends, the next newcomer reclaims it.
 func TestACallInFlightIsNeverReclaimed(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	l := connlimit.Wrap(ln, connlimit.Options{Max: 1, IdleBetweenCalls: true})
-	addr := ln.Addr().String()
-	accepted := acceptInto(t, l)
+	l, addr, accepted := betweenCalls(t, 1)
 	dialFrom(t, "127.0.0.2", addr)
 	c := <-accepted
 	endHeld := l.BeginCall(c.LocalAddr(), c.RemoteAddr())
