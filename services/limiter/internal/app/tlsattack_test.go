@@ -18,11 +18,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
-	"google.golang.org/grpc/status"
 
 	"github.com/tollgate/tollgate/services/limiter/internal/tlsfiles/tlstest"
 )
@@ -211,7 +209,7 @@ func TestOpenGRPCConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 // TestACallInFlightKeepsItsConnection: with one slot on the gRPC listener,
 // held by a connection carrying a health Watch, a newcomer from another
 // address is refused, over TLS and in plain TCP; once the Watch ends, the
-// connection is idle and the newcomer's next call reclaims it.
+// connection is idle and a call from the newcomer's address reclaims it.
 func TestACallInFlightKeepsItsConnection(t *testing.T) {
 	for _, overTLS := range []bool{true, false} {
 		t.Run(map[bool]string{true: "tls", false: "plain"}[overTLS], func(t *testing.T) {
@@ -226,13 +224,18 @@ func TestACallInFlightKeepsItsConnection(t *testing.T) {
 			}
 			l, _, stop := runLogged(t, load(t, args...))
 			t.Cleanup(func() { assert.NoError(t, stop()) })
+			// One keep-alive connection for every scrape: the HTTP listener
+			// has one slot too.
+			scraper := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: httpTLS}}
+			t.Cleanup(scraper.CloseIdleConnections)
 			grpcSample := func(name string) float64 {
 				t.Helper()
-				c := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: httpTLS, DisableKeepAlives: true}}
-				resp, err := c.Get(scheme + "://" + l.Addr + "/metrics")
+				resp, err := scraper.Get(scheme + "://" + l.Addr + "/metrics")
 				require.NoError(t, err)
 				defer resp.Body.Close()
-				return samplesOf(t, resp.Body)[name+`{listener="grpc_addr"}`]
+				samples := samplesOf(t, resp.Body)
+				_, _ = io.Copy(io.Discard, resp.Body) // the connection is reused once read to the end
+				return samples[name+`{listener="grpc_addr"}`]
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
 			defer cancel()
@@ -242,9 +245,14 @@ func TestACallInFlightKeepsItsConnection(t *testing.T) {
 			require.NoError(t, err)
 			_, err = watch.Recv() // the call is in flight on the server
 			require.NoError(t, err)
-			newcomer := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.3", creds))
-			_, err = newcomer.ShouldRateLimit(ctx, request("newcomer"))
-			assert.Equal(t, codes.Unavailable, status.Code(err), "the only slot carries a call: the newcomer is refused (%v)", err)
+			// A refused connection is closed as soon as it is accepted; an
+			// admitted one would wait for the client's first bytes.
+			c, err := fromAddr("127.0.0.3").Dial("tcp", l.GRPCAddr)
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second))) // a hang guard
+			_, err = c.Read(make([]byte, 1))
+			assert.False(t, errors.Is(err, os.ErrDeadlineExceeded), "the only slot carries a call: the newcomer is refused")
 			assert.Equal(t, float64(1), grpcSample("tollgate_connections_refused_total"))
 			assert.Zero(t, grpcSample("tollgate_connections_idle"))
 
@@ -252,11 +260,12 @@ func TestACallInFlightKeepsItsConnection(t *testing.T) {
 			// The server sees the call end in its own time.
 			require.Eventually(t, func() bool { return grpcSample("tollgate_connections_idle") == 1 }, 20*time.Second, 10*time.Millisecond,
 				"the Watch ended, its connection is idle")
-			answer, err := newcomer.ShouldRateLimit(ctx, request("newcomer"), grpc.WaitForReady(true))
-			if assert.NoError(t, err) {
+			answer, err := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.3", creds)).ShouldRateLimit(ctx, request("newcomer"))
+			if assert.NoError(t, err, "the newcomer's call, the slot's connection idle") {
 				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
 			}
 			assert.Equal(t, float64(1), grpcSample("tollgate_connections_reclaimed_total"))
+			assert.Equal(t, float64(1), grpcSample("tollgate_connections_refused_total"))
 		})
 	}
 }
