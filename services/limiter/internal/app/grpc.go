@@ -23,12 +23,16 @@ import (
 // concurrent calls, a call must end within the read timeout (see
 // callDeadline), and when ln is bounded a connection with no call in
 // flight may be reclaimed for another client (see keepBusy). Calls run on
-// a worker goroutine per CPU when one is free, whose stack has already
-// grown, rather than each on a new goroutine that grows its own (about a
-// sixth more calls a second from one caller; see docs/benchmarks.md).
+// one of GOMAXPROCS worker goroutines when one is free, whose stack has
+// already grown, rather than each on a new goroutine that grows its own
+// (about a sixth more calls a second from one caller; see
+// docs/benchmarks.md).
 func grpcOptions(cfg config.Config, ln net.Listener) []grpc.ServerOption {
 	taps := []tap.ServerInHandle{callDeadline(cfg.ReadTimeout)}
 	if l, ok := ln.(*connlimit.Listener); ok {
+		// Last: grpc-go does not cancel the context of a stream a tap
+		// refuses, so a tap after keepBusy refusing one would leave its
+		// connection busy until the call's deadline.
 		taps = append(taps, keepBusy(l))
 	}
 	return []grpc.ServerOption{
@@ -79,10 +83,15 @@ func callDeadline(d time.Duration) tap.ServerInHandle {
 // call in flight is idle, as an HTTP keep-alive between requests is (see
 // connlimit.Options.IdleBetweenCalls), so connections that finished their
 // handshake but make no call cannot hold every slot until the idle
-// timeout. It works in the tap, on the goroutine reading the connection,
-// and adds no frame to the call's own.
+// timeout. A grpc.health.v1.Health/Watch is not such a call: it is meant
+// to stay open, with no deadline, and would hold its slot for good. It
+// works in the tap, on the goroutine reading the connection, and adds no
+// frame to the call's own.
 func keepBusy(l *connlimit.Listener) tap.ServerInHandle {
-	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
+		if info.FullMethodName == healthpb.Health_Watch_FullMethodName {
+			return ctx, nil
+		}
 		if p, ok := peer.FromContext(ctx); ok {
 			if end := l.BeginCall(p.LocalAddr, p.Addr); end != nil {
 				context.AfterFunc(ctx, end)

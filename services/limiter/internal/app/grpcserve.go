@@ -53,6 +53,7 @@ func (a *App) ServeGRPC(ctx context.Context, ln net.Listener) error {
 	go func() { served <- srv.Serve(ln) }()
 	select {
 	case err := <-served:
+		srv.Stop() // its stream workers
 		return fmt.Errorf("app: grpc serve: %w", err)
 	case <-ctx.Done():
 	}

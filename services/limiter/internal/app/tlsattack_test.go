@@ -1,6 +1,7 @@
 package app
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -94,9 +96,8 @@ func grpcFrom(t *testing.T, addr, from string, creds credentials.TransportCreden
 // connections stay within the bound, and the server's goroutines grow with
 // the bound, not with the flood. Over TLS the stalled connections send
 // nothing, half a ClientHello or a whole one; in plain TCP nothing, half
-// the HTTP/2 preface, or all of it but its last byte (a whole preface
-// settles a gRPC connection: it is then an open HTTP/2 connection, closed
-// once idle for --idle-timeout, no longer a stalled handshake).
+// the HTTP/2 preface, or all of it but its last byte (a whole handshake
+// makes an open connection: TestOpenGRPCConnectionsWithoutCallsAreReclaimed).
 func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 	const maxConns, each = 48, 60
 	for _, overTLS := range []bool{true, false} {
@@ -152,17 +153,22 @@ func TestStalledHandshakesAreBoundedAndGoodClientsServed(t *testing.T) {
 	}
 }
 
-// openHTTP2 opens a plain connection to addr from the loopback address
-// from and finishes its HTTP/2 handshake, the client preface and SETTINGS,
-// waiting for the server's acknowledgement, then sends nothing more: an
-// open gRPC connection with no call, as a client between calls holds one.
-// It is closed when the test ends.
-func openHTTP2(t *testing.T, addr, from string) {
+// openHTTP2 opens a connection to addr from the loopback address from,
+// over TLS when tlsConfig is not nil, and finishes its HTTP/2 handshake,
+// the client preface and SETTINGS, waiting for the server's
+// acknowledgement: an open gRPC connection with no call, as a client
+// between calls holds one. It is closed when the test ends.
+func openHTTP2(t *testing.T, addr, from string, tlsConfig *tls.Config) *http2.Framer {
 	t.Helper()
 	c, err := fromAddr(from).Dial("tcp", addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.SetDeadline(time.Now().Add(30*time.Second))) // a hang guard
+	if tlsConfig != nil {
+		tc := tls.Client(c, tlsConfig)
+		require.NoError(t, tc.Handshake())
+		c = tc
+	}
 	_, err = io.WriteString(c, http2.ClientPreface)
 	require.NoError(t, err)
 	fr := http2.NewFramer(c, c)
@@ -171,9 +177,23 @@ func openHTTP2(t *testing.T, addr, from string) {
 		f, err := fr.ReadFrame()
 		require.NoError(t, err, "the server's acknowledgement of SETTINGS")
 		if sf, ok := f.(*http2.SettingsFrame); ok && sf.IsAck() {
-			return
+			return fr
 		}
 	}
+}
+
+// beginCall sends the headers of a call to method on stream 1 of fr and
+// never its message: the call stays in flight until the stream is reset
+// or the server's deadline for it (--read-timeout) passes.
+func beginCall(t *testing.T, fr *http2.Framer, scheme, method string) {
+	t.Helper()
+	var block bytes.Buffer
+	enc := hpack.NewEncoder(&block)
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", scheme}, {":path", method}, {":authority", "tollgate"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		require.NoError(t, enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]}))
+	}
+	require.NoError(t, fr.WriteHeaders(http2.HeadersFrameParam{StreamID: 1, BlockFragment: block.Bytes(), EndHeaders: true}))
 }
 
 // TestOpenGRPCConnectionsWithoutCallsAreReclaimed: four addresses fill the
@@ -187,7 +207,7 @@ func TestOpenGRPCConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 	t.Cleanup(func() { assert.NoError(t, stop()) })
 	for _, from := range []string{"127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"} {
 		for range 12 {
-			openHTTP2(t, l.GRPCAddr, from)
+			openHTTP2(t, l.GRPCAddr, from, nil)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
@@ -207,20 +227,23 @@ func TestOpenGRPCConnectionsWithoutCallsAreReclaimed(t *testing.T) {
 }
 
 // TestACallInFlightKeepsItsConnection: with one slot on the gRPC listener,
-// held by a connection carrying a health Watch, a newcomer from another
-// address is refused, over TLS and in plain TCP; once the Watch ends, the
-// connection is idle and a call from the newcomer's address reclaims it.
+// held by a connection carrying a call whose message has not arrived, a
+// newcomer from another address is refused, over TLS and in plain TCP.
+// Once the call is reset, the connection is idle and a call from the
+// newcomer's address reclaims it. A health Watch, meant to stay open, does
+// not hold its connection: a third address reclaims it.
 func TestACallInFlightKeepsItsConnection(t *testing.T) {
 	for _, overTLS := range []bool{true, false} {
 		t.Run(map[bool]string{true: "tls", false: "plain"}[overTLS], func(t *testing.T) {
 			args := []string{"--addr=127.0.0.1:0", "--grpc-addr=127.0.0.1:0", "--store=memory", "--log-format=json", "--envoy-config", envoyRules,
-				"--max-conns=1", "--max-conns-per-client=1"}
-			scheme, httpTLS, creds := "http", (*tls.Config)(nil), insecure.NewCredentials()
+				"--max-conns=1", "--max-conns-per-client=1", "--read-timeout=1m"}
+			scheme, httpTLS, h2TLS, creds := "http", (*tls.Config)(nil), (*tls.Config)(nil), insecure.NewCredentials()
 			if overTLS {
 				ca := tlstest.NewCA(t, "ca")
 				files := tlstest.Files(t, ca.Server(t, "server"), nil)
 				args = append(args, "--tls-cert", files.Cert, "--tls-key", files.Key)
-				scheme, httpTLS, creds = "https", clientTLS(ca, nil), credentials.NewTLS(clientTLS(ca, nil))
+				scheme, httpTLS, h2TLS, creds = "https", clientTLS(ca, nil), clientTLS(ca, nil), credentials.NewTLS(clientTLS(ca, nil))
+				h2TLS.ServerName, h2TLS.NextProtos = "localhost", []string{"h2"}
 			}
 			l, _, stop := runLogged(t, load(t, args...))
 			t.Cleanup(func() { assert.NoError(t, stop()) })
@@ -237,34 +260,46 @@ func TestACallInFlightKeepsItsConnection(t *testing.T) {
 				_, _ = io.Copy(io.Discard, resp.Body) // the connection is reused once read to the end
 				return samples[name+`{listener="grpc_addr"}`]
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
-			defer cancel()
+			// A bare connection from an address: it is open until the test
+			// ends, or closed at once when refused.
+			dial := func(from string) net.Conn {
+				c, err := fromAddr(from).Dial("tcp", l.GRPCAddr)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
 
-			watchCtx, endWatch := context.WithCancel(ctx)
-			watch, err := healthpb.NewHealthClient(grpcFrom(t, l.GRPCAddr, "127.0.0.2", creds)).Watch(watchCtx, &healthpb.HealthCheckRequest{})
-			require.NoError(t, err)
-			_, err = watch.Recv() // the call is in flight on the server
-			require.NoError(t, err)
-			// A refused connection is closed as soon as it is accepted; an
-			// admitted one would wait for the client's first bytes.
-			c, err := fromAddr("127.0.0.3").Dial("tcp", l.GRPCAddr)
-			require.NoError(t, err)
-			defer c.Close()
+			fr := openHTTP2(t, l.GRPCAddr, "127.0.0.2", h2TLS)
+			beginCall(t, fr, scheme, rlsv3.RateLimitService_ShouldRateLimit_FullMethodName)
+			// The server took the call once its headers were read: wait for
+			// the connection to be busy.
+			require.Eventually(t, func() bool { return grpcSample("tollgate_connections_idle") == 0 }, 20*time.Second, 10*time.Millisecond,
+				"the call's connection is busy")
+			// Refused, it is closed as soon as accepted; admitted, it would get
+			// the server's SETTINGS (plain) or wait for a ClientHello (TLS).
+			c := dial("127.0.0.3")
 			require.NoError(t, c.SetReadDeadline(time.Now().Add(30*time.Second))) // a hang guard
-			_, err = c.Read(make([]byte, 1))
-			assert.False(t, errors.Is(err, os.ErrDeadlineExceeded), "the only slot carries a call: the newcomer is refused")
+			n, err := c.Read(make([]byte, 1))
+			assert.True(t, n == 0 && err != nil && !errors.Is(err, os.ErrDeadlineExceeded),
+				"the only slot carries a call: the newcomer is refused (read %d bytes, %v)", n, err)
 			assert.Equal(t, float64(1), grpcSample("tollgate_connections_refused_total"))
-			assert.Zero(t, grpcSample("tollgate_connections_idle"))
 
-			endWatch()
+			require.NoError(t, fr.WriteRSTStream(1, http2.ErrCodeCancel))
 			// The server sees the call end in its own time.
 			require.Eventually(t, func() bool { return grpcSample("tollgate_connections_idle") == 1 }, 20*time.Second, 10*time.Millisecond,
-				"the Watch ended, its connection is idle")
-			answer, err := rlsv3.NewRateLimitServiceClient(grpcFrom(t, l.GRPCAddr, "127.0.0.3", creds)).ShouldRateLimit(ctx, request("newcomer"))
-			if assert.NoError(t, err, "the newcomer's call, the slot's connection idle") {
-				assert.Equal(t, rlsv3.RateLimitResponse_OK, answer.GetOverallCode())
-			}
+				"the call reset, its connection is idle")
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang guard
+			defer cancel()
+			watch, err := healthpb.NewHealthClient(grpcFrom(t, l.GRPCAddr, "127.0.0.3", creds)).Watch(ctx, &healthpb.HealthCheckRequest{})
+			require.NoError(t, err, "a Watch from the newcomer's address, the slot's connection idle")
+			_, err = watch.Recv()
+			require.NoError(t, err)
 			assert.Equal(t, float64(1), grpcSample("tollgate_connections_reclaimed_total"))
+
+			dial("127.0.0.4")
+			// The listener takes it in its own time.
+			assert.Eventually(t, func() bool { return grpcSample("tollgate_connections_reclaimed_total") == 2 }, 20*time.Second, 10*time.Millisecond,
+				"a Watch does not hold its connection: a third address reclaims it")
 			assert.Equal(t, float64(1), grpcSample("tollgate_connections_refused_total"))
 		})
 	}

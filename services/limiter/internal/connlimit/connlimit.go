@@ -128,7 +128,8 @@ func (l *Listener) Open() int {
 	return l.open
 }
 
-// Idle returns how many connections handed out are idle (see TrackState).
+// Idle returns how many connections handed out are idle (see TrackState
+// and BeginCall).
 func (l *Listener) Idle() int {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -243,7 +244,7 @@ func (l *Listener) clientOf(a net.Addr) (string, netip.Addr) {
 // to stateClosed, by Close or by a reclaim, happens once and gives the slot
 // back.
 const (
-	stateBusy   int32 = iota // serving, or not tracked (not HTTP)
+	stateBusy   int32 = iota // serving (a request or a call), or not tracked
 	stateIdle                // accepted and silent, or between two requests (or calls)
 	stateClosed              // its slot given back
 )
