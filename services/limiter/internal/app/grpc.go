@@ -59,14 +59,21 @@ func eachTap(taps []tap.ServerInHandle) tap.ServerInHandle {
 	}
 }
 
-// callDeadline bounds every call but grpc.health.v1.Health/Watch (a stream
-// meant to stay open) by d from the arrival of its headers: a call whose
-// request message never arrives ends with DeadlineExceeded instead of
-// holding its goroutine until the client leaves. A client's own shorter
-// deadline still applies; d <= 0 bounds nothing.
+// staysOpen reports whether a call to method is a stream meant to stay
+// open as long as its client wants (grpc.health.v1.Health/Watch): it has no
+// deadline, and does not keep its connection busy.
+func staysOpen(method string) bool {
+	return method == healthpb.Health_Watch_FullMethodName
+}
+
+// callDeadline bounds every call but those that stay open (staysOpen) by d
+// from the arrival of its headers: a call whose request message never
+// arrives ends with DeadlineExceeded instead of holding its goroutine until
+// the client leaves. A client's own shorter deadline still applies; d <= 0
+// bounds nothing.
 func callDeadline(d time.Duration) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if d <= 0 || info.FullMethodName == healthpb.Health_Watch_FullMethodName {
+		if d <= 0 || staysOpen(info.FullMethodName) {
 			return ctx, nil
 		}
 		ctx, cancel := context.WithTimeout(ctx, d)
@@ -83,13 +90,12 @@ func callDeadline(d time.Duration) tap.ServerInHandle {
 // call in flight is idle, as an HTTP keep-alive between requests is (see
 // connlimit.Options.IdleBetweenCalls), so connections that finished their
 // handshake but make no call cannot hold every slot until the idle
-// timeout. A grpc.health.v1.Health/Watch is not such a call: it is meant
-// to stay open, with no deadline, and would hold its slot for good. It
-// works in the tap, on the goroutine reading the connection, and adds no
-// frame to the call's own.
+// timeout. A call that stays open (staysOpen) is not counted: it has no
+// deadline, and would hold its slot for good. It works in the tap, on the
+// goroutine reading the connection, and adds no frame to the call's own.
 func keepBusy(l *connlimit.Listener) tap.ServerInHandle {
 	return func(ctx context.Context, info *tap.Info) (context.Context, error) {
-		if info.FullMethodName == healthpb.Health_Watch_FullMethodName {
+		if staysOpen(info.FullMethodName) {
 			return ctx, nil
 		}
 		if p, ok := peer.FromContext(ctx); ok {
