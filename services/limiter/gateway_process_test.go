@@ -125,15 +125,24 @@ func TestGatewayRecipes(t *testing.T) {
 			require.NoError(t, os.WriteFile(cfg, []byte(gatewayTollgate), 0o600))
 			tollgate := startProcess(t, []string{"--store=memory", "--config=" + cfg})
 
-			listen := net.JoinHostPort("127.0.0.1", strconv.Itoa(freeTCPPort(t)))
-			dir := t.TempDir()
-			conf := renderRecipe(t, gw, dir, map[string]string{
-				recipeListen:   listen,
-				recipeApp:      strings.TrimPrefix(upstream.URL, "http://"),
-				recipeTollgate: strings.TrimPrefix(tollgate.url, "http://"),
-			})
-			startGateway(t, gw.start(t, bin, conf, dir), "http://"+listen)
-			base := "http://" + listen
+			// The port was free a moment ago; another process may take it
+			// before the gateway binds it (Caddy binds it on every address):
+			// then the gateway is started again on another.
+			var listen, base string
+			for attempt := 1; ; attempt++ {
+				listen = net.JoinHostPort("127.0.0.1", strconv.Itoa(freeTCPPort(t)))
+				dir := t.TempDir()
+				conf := renderRecipe(t, gw, dir, map[string]string{
+					recipeListen:   listen,
+					recipeApp:      strings.TrimPrefix(upstream.URL, "http://"),
+					recipeTollgate: strings.TrimPrefix(tollgate.url, "http://"),
+				})
+				base = "http://" + listen
+				if startGateway(t, gw.start(t, bin, conf, dir), base) {
+					break
+				}
+				require.Less(t, attempt, 5, "the gateway's port was taken by another process 5 times")
+			}
 
 			// 8 requests from one client: 5 reach the upstream, 3 are
 			// refused at the client with 429, Retry-After and the fields.
@@ -321,8 +330,9 @@ func renderRecipe(t *testing.T, gw gatewayRecipe, dir string, replace map[string
 }
 
 // startGateway starts cmd, stops it at cleanup, and waits until it answers
-// at base (its logs are shown if it exits or never answers).
-func startGateway(t *testing.T, cmd *exec.Cmd, base string) {
+// at base (its logs are shown if it exits or never answers). It returns
+// false when the gateway exited because its port was in use.
+func startGateway(t *testing.T, cmd *exec.Cmd, base string) bool {
 	t.Helper()
 	var logs strings.Builder
 	var mu sync.Mutex
@@ -353,13 +363,17 @@ func startGateway(t *testing.T, cmd *exec.Cmd, base string) {
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return
+				return true
 			}
 		}
 		select {
 		case <-exited:
 			mu.Lock()
 			defer mu.Unlock()
+			if strings.Contains(strings.ToLower(logs.String()), "address already in use") { // nginx and HAProxy spell it "Address"
+				t.Logf("%s: its port was taken: %s", cmd.Path, logs.String())
+				return false
+			}
 			t.Fatalf("%s exited: %s", cmd.Path, logs.String())
 		default:
 		}
